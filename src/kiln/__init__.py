@@ -1,0 +1,108 @@
+"""kiln: capture Python tensor programs into operator graphs, optimize them and run them fast.
+
+Example:
+    >>> import kiln
+    >>> x = kiln.tensor([1.0, -2.0, 3.0], dtype=kiln.float32)
+    >>> kiln.nn.relu(x * 2).tolist()
+    [2.0, 0.0, 6.0]
+"""
+
+from __future__ import annotations
+
+from . import errors, nn, ops, symbolic
+from .device import Device, PlaceLike, Stream
+from .dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .errors import (
+    CaptureError,
+    DeviceUnavailableError,
+    GraphNotFinalizedError,
+    GraphValidationError,
+    InputMismatchError,
+    KilnError,
+    StateError,
+    UnsupportedOperationError,
+)
+from .functions import *  # noqa: F403
+from .functions import __all__ as _functions_all
+from .symbolic import SymDim
+from .tensor import (
+    Tensor,
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    from_dlpack,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CaptureError",
+    "DType",
+    "Device",
+    "DeviceUnavailableError",
+    "GraphNotFinalizedError",
+    "GraphValidationError",
+    "InputMismatchError",
+    "KilnError",
+    "PlaceLike",
+    "StateError",
+    "Stream",
+    "SymDim",
+    "Tensor",
+    "UnsupportedOperationError",
+    "arange",
+    "asarray",
+    "bfloat16",
+    "bool_",
+    "empty",
+    "empty_like",
+    "errors",
+    "float16",
+    "float32",
+    "float64",
+    "from_dlpack",
+    "full",
+    "full_like",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "nn",
+    "ones",
+    "ones_like",
+    "ops",
+    "result_type",
+    "symbolic",
+    "tensor",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "zeros",
+    "zeros_like",
+    *_functions_all,
+]

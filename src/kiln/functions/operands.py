@@ -1,0 +1,128 @@
+"""Turning a front door's arguments into operator inputs, with NumPy 2 promotion.
+
+A front-door function (``kiln.add``, ``Tensor.__mul__``, ``np.add`` on a tensor) accepts tensors,
+NumPy arrays and Python scalars. Its NumPy counterpart decides the dtypes: the ufunc's own type
+resolution (``ufunc.resolve_dtypes``, with Python scalars weak as NEP 50 says) names the dtype
+each operand is computed in. Operands are then cast to those dtypes (a recorded ``Cast``), and
+the ONNX operator, which wants matching dtypes, sees exactly what NumPy would compute with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import OpTypeError
+from ..ops.dispatch import call
+from ..tensor import Tensor
+
+__all__ = ["as_tensor", "is_scalar", "cast", "ufunc_operands", "constant"]
+
+_PY_SCALARS = (bool, int, float)
+
+
+def is_scalar(x: Any) -> bool:
+    """True for a Python ``bool``/``int``/``float`` (weak under NEP 50)."""
+    return isinstance(x, _PY_SCALARS)
+
+
+def constant(value: Any, dtype: np.dtype | None = None) -> Tensor:
+    """A tensor over ``value`` (a tracer turns it into a graph constant).
+
+    Raises ``OverflowError`` as NumPy 2 does when a Python int does not fit ``dtype``.
+    """
+    array = np.asarray(value, dtype=dtype)
+    if array.dtype not in dtypes.ALL_DTYPES:
+        raise OpTypeError(f"kiln does not support dtype {array.dtype} (from {value!r})")
+    return Tensor._wrap(array)
+
+
+def as_tensor(x: Any, dtype: np.dtype | None = None) -> Tensor:
+    """``x`` as a tensor: tensors pass through, arrays and scalars are wrapped.
+
+    With ``dtype`` the result has that dtype (a recorded ``Cast`` for a tensor).
+    """
+    if isinstance(x, Tensor):
+        return x if dtype is None or x.dtype == dtype else cast(x, dtype)
+    if isinstance(x, (np.ndarray, np.generic)) or is_scalar(x):
+        return constant(x, dtype)
+    if isinstance(x, (list, tuple)):
+        return constant(np.asarray([np.asarray(as_tensor(v)) if isinstance(v, Tensor) else v for v in x]), dtype)
+    raise TypeError(f"expected a tensor, an array or a Python scalar, got {type(x).__name__}")
+
+
+def cast(x: Tensor, dtype: np.dtype) -> Tensor:
+    """``x`` converted to ``dtype`` through the ``Cast`` operator (no-op when equal)."""
+    dtype = dtypes.as_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return call("Cast", x, to=dtype_code(dtype))
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The ONNX ``TensorProto`` data type number of ``dtype`` (Cast's ``to`` attribute)."""
+    from ..ops.elementwise import onnx_dtype_code
+
+    return onnx_dtype_code(dtype)
+
+
+def _dtype_of(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return x.dtype
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype
+    if isinstance(x, bool):
+        return bool
+    if isinstance(x, int):
+        return int
+    if isinstance(x, float):
+        return float
+    raise TypeError(f"expected a tensor, an array or a Python scalar, got {type(x).__name__}")
+
+
+def ufunc_operands(
+    ufunc: np.ufunc, *operands: Any, name: str | None = None
+) -> tuple[list[Tensor], np.dtype]:
+    """The operands cast to the dtypes NumPy's ``ufunc`` computes in, and its output dtype.
+
+    Example:
+        >>> import kiln
+        >>> (a, b), out = ufunc_operands(np.add, kiln.tensor([1, 2], dtype="int8"), 2.5)
+        >>> a.dtype, b.dtype, out
+        (dtype('float64'), dtype('float64'), dtype('float64'))
+    """
+    kinds = tuple(_dtype_of(x) for x in operands)
+    try:
+        resolved = ufunc.resolve_dtypes(kinds + (None,) * ufunc.nout)
+    except (TypeError, np.exceptions.DTypePromotionError) as exc:
+        shown = ", ".join(getattr(k, "__name__", str(k)) for k in kinds)
+        raise OpTypeError(
+            f"{name or ufunc.__name__}: no implementation for operand dtypes ({shown}): {exc}"
+        ) from None
+    loop = resolved[: len(operands)]
+    tensors = [as_tensor(x, dtypes.as_dtype(dt)) for x, dt in zip(operands, loop)]
+    return tensors, dtypes.as_dtype(resolved[len(operands)])
+
+
+def same_dtype_operands(*operands: Any, name: str) -> list[Tensor]:
+    """Operands promoted to their NumPy ``result_type`` (for non-ufunc functions such as
+    ``where``, ``concatenate``, ``clip``)."""
+    present = [x for x in operands if x is not None]
+    target = dtypes.result_type(*[_weak_or_dtype(x) for x in present])
+    return [as_tensor(x, target) for x in present]
+
+
+def _weak_or_dtype(x: Any) -> Any:
+    if is_scalar(x):
+        return x
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x).dtype
+    return _dtype_of(x)
+
+
+def tensors(xs: Sequence[Any]) -> list[Tensor]:
+    """Each element as a tensor (no promotion)."""
+    return [as_tensor(x) for x in xs]

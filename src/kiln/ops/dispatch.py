@@ -1,0 +1,108 @@
+"""The one door every operator call goes through.
+
+:func:`dispatch` is called by all three front doors (Tensor methods, ``kiln.*``/``kiln.nn.*``
+functions, and NumPy's ``__array_ufunc__``/``__array_function__`` protocols). Outside a capture it
+validates the call with the operator's ``infer`` rule and runs its CPU kernel. While a tracer is
+installed (:func:`handler_scope`) the call goes to the tracer instead, which records it; nothing
+can compute on a kiln tensor without passing here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ..errors import OpArgumentError
+from .registry import OpDef, TensorType, get_op
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+__all__ = ["dispatch", "call", "Handler", "handler_scope", "current_handler", "run_kernel"]
+
+
+class Handler(Protocol):
+    """What a tracer implements to receive every operator call and host conversion."""
+
+    def apply(
+        self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
+    ) -> tuple[Tensor, ...]: ...
+
+    def host_read(self, tensor: Tensor, what: str) -> Any: ...
+
+
+_handler: ContextVar[Handler | None] = ContextVar("kiln_dispatch_handler", default=None)
+
+
+def current_handler() -> Handler | None:
+    """The handler installed in this context, or ``None`` when running eagerly."""
+    return _handler.get()
+
+
+@contextlib.contextmanager
+def handler_scope(handler: Handler | None) -> Iterator[None]:
+    """Route every operator call made inside the block (in this thread/context) to ``handler``."""
+    token = _handler.set(handler)
+    try:
+        yield
+    finally:
+        _handler.reset(token)
+
+
+def dispatch(
+    op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None = None
+) -> tuple[Tensor, ...]:
+    """Apply operator ``op`` to ``inputs`` (kiln tensors; ``None`` for an omitted optional input).
+
+    Returns the tuple of output tensors.
+
+    Example:
+        >>> import kiln
+        >>> (y,) = dispatch("Relu", [kiln.tensor([-1.0, 2.0])])
+        >>> y.tolist()
+        [0.0, 2.0]
+    """
+    opdef = op if isinstance(op, OpDef) else get_op(op)
+    bound = opdef.bind_attrs(attrs)
+    opdef.check_arity(len(inputs))
+    handler = _handler.get()
+    if handler is not None:
+        return handler.apply(opdef, inputs, bound)
+    from ..tensor import Tensor
+
+    types = [None if t is None else t.type for t in inputs]
+    opdef.infer(types, bound)  # validates the call; raises errors that name the operator
+    arrays = [None if t is None else t._data for t in inputs]
+    return tuple(Tensor._wrap(a) for a in run_kernel(opdef, arrays, bound))
+
+
+def run_kernel(
+    opdef: OpDef, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
+) -> tuple[np.ndarray, ...]:
+    """Run ``opdef``'s CPU kernel, normalising its result to a tuple of arrays."""
+    result = opdef.kernel(*arrays, **attrs)
+    if isinstance(result, tuple):
+        return tuple(np.asarray(r) for r in result)
+    if isinstance(result, list):
+        return tuple(np.asarray(r) for r in result)
+    return (np.asarray(result),)
+
+
+def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
+    """:func:`dispatch` for a single-output operator, returning that output."""
+    outputs = dispatch(op, inputs, attrs)
+    if len(outputs) != 1:
+        name = op if isinstance(op, str) else op.name
+        raise OpArgumentError(f"{name} has {len(outputs)} outputs; use dispatch() to get them all")
+    return outputs[0]
+
+
+def infer_types(
+    opdef: OpDef, types: Sequence[TensorType | None], attrs: Mapping[str, Any]
+) -> list[TensorType]:
+    """``opdef.infer`` as a list (the IR's verifier and the tracer call this)."""
+    return list(opdef.infer(types, attrs))

@@ -1,0 +1,3 @@
+"""Operators of the reduce family (see the module docstring of kiln.ops.registry)."""
+
+from __future__ import annotations

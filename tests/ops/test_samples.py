@@ -1,0 +1,71 @@
+"""Every registered operator against its NumPy reference, over all of its samples.
+
+For each sample: the eager dispatch result equals the reference (or, where the kernel is itself
+the NumPy reference, the kernel's own result), and the operator's ``infer`` rule agrees with the
+dtype and shape the kernel actually produced.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ops.dispatch import dispatch, run_kernel
+from kiln.ops.registry import TensorType, all_ops
+from kiln.symbolic import SymDim
+
+from ..numerics import assert_close
+
+CASES = [
+    pytest.param(op, sample, id=f"{op.qualified_name}-{i}-{sample.name}")
+    for op in all_ops()
+    for i, sample in enumerate(op.samples())
+]
+
+
+def test_every_operator_has_samples() -> None:
+    missing = [op.qualified_name for op in all_ops() if not list(op.samples())]
+    assert not missing, f"operators without samples: {missing}"
+
+
+def _as_tensor(x):
+    return None if x is None else kiln.asarray(x)
+
+
+@pytest.mark.parametrize("op, sample", CASES)
+def test_sample_matches_reference(op, sample) -> None:
+    inputs = [_as_tensor(x) for x in sample.inputs]
+    outputs = dispatch(op, inputs, sample.attrs)
+    bound = op.bind_attrs(sample.attrs)
+    if sample.reference is not None:
+        expected = sample.reference(*sample.inputs, **bound)
+    else:
+        expected = run_kernel(op, list(sample.inputs), bound)
+    if not isinstance(expected, (tuple, list)):
+        expected = (expected,)
+    assert len(outputs) == len(expected)
+    for i, (got, want) in enumerate(zip(outputs, expected)):
+        assert_close(got, want, rtol=sample.rtol, atol=sample.atol, what=f"{op.name} output {i}")
+
+
+@pytest.mark.parametrize("op, sample", CASES)
+def test_infer_agrees_with_kernel(op, sample) -> None:
+    bound = op.bind_attrs(sample.attrs)
+    types = [None if x is None else kiln.asarray(x).type for x in sample.inputs]
+    inferred = op.infer(types, bound)
+    produced = run_kernel(op, list(sample.inputs), bound)
+    assert len(inferred) == len(produced)
+    for t, array in zip(inferred, produced):
+        assert isinstance(t, TensorType)
+        assert t.dtype == array.dtype, f"{op.name}: infer says {t.dtype}, kernel gave {array.dtype}"
+        assert len(t.shape) == array.ndim, f"{op.name}: infer rank {t.shape} vs {array.shape}"
+        for d, n in zip(t.shape, array.shape):
+            assert isinstance(d, SymDim) or d == n, f"{op.name}: infer {t.shape} vs {array.shape}"
+
+
+def test_sample_inputs_are_arrays() -> None:
+    for op in all_ops():
+        for sample in op.samples():
+            for x in sample.inputs:
+                assert x is None or isinstance(x, np.ndarray), op.name
