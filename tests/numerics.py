@@ -21,8 +21,13 @@ def tolerance(dtype: np.dtype) -> tuple[float, float]:
 
 
 def assert_close(
-    actual: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None,
-    check_dtype: bool = True, what: str = "",
+    actual: Any,
+    expected: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    check_dtype: bool = True,
+    what: str = "",
 ) -> None:
     """``actual`` equals ``expected`` in shape, dtype and value within the dtype's tolerance."""
     a = np.asarray(actual)

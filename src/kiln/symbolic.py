@@ -196,9 +196,7 @@ class SymDim:
     def __str__(self) -> str:
         parts: list[str] = []
         for m, c in reversed(self._terms):  # highest degree first, constant last
-            body = "*".join(
-                _atom_str(a) if p == 1 else f"{_atom_str(a)}**{p}" for a, p in m
-            )
+            body = "*".join(_atom_str(a) if p == 1 else f"{_atom_str(a)}**{p}" for a, p in m)
             if not body:
                 parts.append(str(c))
             elif c == 1:
@@ -324,7 +322,7 @@ def floordiv(a: Dim, b: Dim) -> Dim:
         return _opaque("//", a, b)
     # b is symbolic: exact when b is a single monomial dividing every term of a.
     if len(b._terms) == 1:
-        (dmono, dcoef), = b._terms
+        ((dmono, dcoef),) = b._terms
         quotient: dict[Monomial, int] = {}
         for m, c in SymDim._terms_of(a).items():
             qm = _mono_div(m, dmono)
@@ -350,7 +348,9 @@ def _is_opaque_div(d: SymDim) -> bool:
     if len(d._terms) != 1:
         return False
     mono, coef = d._terms[0]
-    return coef == 1 and len(mono) == 1 and not isinstance(mono[0][0], str) and mono[0][0][0] == "//"
+    return (
+        coef == 1 and len(mono) == 1 and not isinstance(mono[0][0], str) and mono[0][0][0] == "//"
+    )
 
 
 def dim_max(a: Dim, b: Dim) -> Dim:

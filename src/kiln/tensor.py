@@ -190,7 +190,8 @@ class Tensor:
         data = self._host("Tensor.item()")
         if data.size != 1:
             raise OpArgumentError(
-                f"Tensor.item() needs a tensor with one element, got shape {format_shape(data.shape)}"
+                "Tensor.item() needs a tensor with one element, got shape "
+                f"{format_shape(data.shape)}"
             )
         return data.item()
 
@@ -522,7 +523,9 @@ def _dims(shape: Any) -> tuple[Any, ...]:
     return tuple(shape)
 
 
-def full(shape: Any, fill_value: Any, dtype: DTypeLike | None = None, device: PlaceLike = None) -> Tensor:
+def full(
+    shape: Any, fill_value: Any, dtype: DTypeLike | None = None, device: PlaceLike = None
+) -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value`` (NumPy's default dtypes).
 
     Sizes may be symbolic inside a trace (``kiln.zeros((x.shape[0], 4))``): the tensor is then
@@ -580,7 +583,10 @@ def empty_like(t: Any, dtype: DTypeLike | None = None) -> Tensor:
 
 
 def arange(
-    start: Any, stop: Any = None, step: Any = 1, dtype: DTypeLike | None = None,
+    start: Any,
+    stop: Any = None,
+    step: Any = 1,
+    dtype: DTypeLike | None = None,
     device: PlaceLike = None,
 ) -> Tensor:
     """Evenly spaced values in ``[start, stop)``, as ``np.arange``."""

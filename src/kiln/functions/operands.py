@@ -16,10 +16,20 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpTypeError
-from ..ops.dispatch import call
+from ..errors import CaptureError
+from ..ops.dispatch import call, current_handler
+from ..symbolic import Dim, SymDim
 from ..tensor import Tensor
 
-__all__ = ["as_tensor", "is_scalar", "cast", "ufunc_operands", "constant"]
+__all__ = [
+    "as_tensor",
+    "is_scalar",
+    "cast",
+    "ufunc_operands",
+    "same_dtype_operands",
+    "constant",
+    "shape_tensor",
+]
 
 _PY_SCALARS = (bool, int, float)
 
@@ -50,7 +60,9 @@ def as_tensor(x: Any, dtype: np.dtype | None = None) -> Tensor:
     if isinstance(x, (np.ndarray, np.generic)) or is_scalar(x):
         return constant(x, dtype)
     if isinstance(x, (list, tuple)):
-        return constant(np.asarray([np.asarray(as_tensor(v)) if isinstance(v, Tensor) else v for v in x]), dtype)
+        return constant(
+            np.asarray([np.asarray(as_tensor(v)) if isinstance(v, Tensor) else v for v in x]), dtype
+        )
     raise TypeError(f"expected a tensor, an array or a Python scalar, got {type(x).__name__}")
 
 
@@ -126,3 +138,31 @@ def _weak_or_dtype(x: Any) -> Any:
 def tensors(xs: Sequence[Any]) -> list[Tensor]:
     """Each element as a tensor (no promotion)."""
     return [as_tensor(x) for x in xs]
+
+
+def shape_tensor(dims: Sequence[Dim | Tensor]) -> Tensor:
+    """A 1-D int64 tensor of sizes, for the shape inputs of Reshape, Expand, Tile, Slice, ...
+
+    Static sizes become a constant. A symbolic size (a dynamic axis inside a trace) becomes the
+    recorded computation of that size from the graph's inputs (``Shape`` -> ``Gather`` -> the
+    arithmetic), so the graph stays valid for every size. A 0-d or 1-element integer tensor is
+    taken as a size too (``x.reshape(n, -1)`` with ``n`` a tensor).
+
+    Example:
+        >>> shape_tensor([2, 3]).tolist()
+        [2, 3]
+    """
+    if all(isinstance(d, (int, np.integer)) for d in dims):
+        return constant(np.asarray([int(d) for d in dims], dtype=np.int64).reshape(len(dims)))
+    parts: list[Tensor] = []
+    for d in dims:
+        if isinstance(d, SymDim):
+            handler = current_handler()
+            if handler is None:
+                raise CaptureError(f"the symbolic size {d} can only be used inside a trace")
+            parts.append(handler.size_tensor(d))
+        elif isinstance(d, Tensor):
+            parts.append(call("Reshape", cast(d, np.dtype(np.int64)), constant(np.asarray([1]))))
+        else:
+            parts.append(constant(np.asarray([int(d)], dtype=np.int64)))
+    return call("Concat", *parts, axis=0)

@@ -34,6 +34,10 @@ class Handler(Protocol):
 
     def host_read(self, tensor: Tensor, what: str) -> Any: ...
 
+    def size_tensor(self, size: Any) -> Tensor:
+        """A recorded int64 tensor of shape (1,) computing the symbolic ``size``."""
+        ...
+
 
 _handler: ContextVar[Handler | None] = ContextVar("kiln_dispatch_handler", default=None)
 

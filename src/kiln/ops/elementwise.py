@@ -27,8 +27,9 @@ from .registry import (
     register,
 )
 from .rules import ALL, FLOATS, NUMERIC, broadcast, require, require_dtype, require_same_dtype
+from .sampling import sample_array
 
-__all__ = ["unary", "binary", "onnx_dtype_code", "dtype_from_onnx_code", "sample_array"]
+__all__ = ["unary", "binary", "onnx_dtype_code", "dtype_from_onnx_code"]
 
 # ONNX TensorProto.DataType numbers.
 _ONNX_CODES: dict[np.dtype, int] = {
@@ -62,24 +63,6 @@ def dtype_from_onnx_code(code: int) -> np.dtype:
         raise OpTypeError(f"ONNX data type {code} is not supported by kiln") from None
 
 
-# -- sample inputs -------------------------------------------------------------------------
-
-_rng = np.random.default_rng(0)
-
-
-def sample_array(shape: Sequence[int], dtype: Any, low: float = -3.0, high: float = 3.0) -> np.ndarray:
-    """Deterministic test data of ``shape`` and ``dtype`` in ``[low, high)``."""
-    rng = np.random.default_rng(abs(hash((tuple(shape), str(dtype), low, high))) % 2**32)
-    dt = dtypes.as_dtype(dtype)
-    if dt == dtypes.bool_:
-        return np.asarray(rng.random(shape) < 0.5)
-    if dtypes.is_integer(dt):
-        lo = max(int(low), int(np.iinfo(dt).min))
-        hi = min(int(high), int(np.iinfo(dt).max))
-        return np.asarray(rng.integers(lo, max(hi, lo + 1), size=shape), dtype=dt)
-    return np.asarray(rng.random(shape) * (high - low) + low).astype(dt)
-
-
 # Shapes every elementwise op is sampled on: scalar, size 0, size 1, a plain matrix.
 _UNARY_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (1,), (3, 4))
 # Pairs exercising broadcasting, size 0 and size 1.
@@ -93,7 +76,10 @@ _BINARY_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
 
 
 def _unary_samples(
-    dts: Iterable[np.dtype], low: float, high: float, reference: Callable[..., Any] | None,
+    dts: Iterable[np.dtype],
+    low: float,
+    high: float,
+    reference: Callable[..., Any] | None,
     attrs: Sequence[Mapping[str, Any]],
 ) -> Callable[[], list[Sample]]:
     def make() -> list[Sample]:
@@ -109,7 +95,10 @@ def _unary_samples(
 
 
 def _binary_samples(
-    dts: Iterable[np.dtype], low: float, high: float, reference: Callable[..., Any] | None,
+    dts: Iterable[np.dtype],
+    low: float,
+    high: float,
+    reference: Callable[..., Any] | None,
     rhs_low: float | None = None,
 ) -> Callable[[], list[Sample]]:
     def make() -> list[Sample]:
@@ -224,7 +213,9 @@ def _cast_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
     return [TensorType(target, x.shape, x.value if dtypes.is_integer(target) else None)]
 
 
-def _cast_kernel(x: np.ndarray, *, to: int, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
+def _cast_kernel(
+    x: np.ndarray, *, to: int, saturate: int = 1, round_mode: str = "up"
+) -> np.ndarray:
     return x.astype(dtype_from_onnx_code(to))
 
 

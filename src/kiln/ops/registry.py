@@ -184,9 +184,7 @@ class OpDef:
             names = ", ".join(
                 i.name + ("..." if i.variadic else "?" if i.optional else "") for i in self.inputs
             )
-            raise OpArgumentError(
-                f"{self.name} takes inputs ({names}); got {count} input(s)"
-            )
+            raise OpArgumentError(f"{self.name} takes inputs ({names}); got {count} input(s)")
 
 
 def _normalise_attr(op: str, name: str, spec: Attr, value: Any) -> Any:
