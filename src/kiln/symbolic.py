@@ -14,6 +14,7 @@ so code can test ``isinstance(d, int)`` for "static".
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Union
 
@@ -22,6 +23,7 @@ __all__ = [
     "Dim",
     "Shape",
     "symbol",
+    "fresh_symbol",
     "is_static",
     "evaluate",
     "broadcast_dim",
@@ -306,6 +308,19 @@ def symbol(name: str) -> SymDim:
     if not isinstance(name, str) or not name:
         raise ValueError(f"a symbolic size needs a non-empty str name, got {name!r}")
     return SymDim({((name, 1),): 1})
+
+
+_fresh_ids = itertools.count()
+
+
+def fresh_symbol(hint: str) -> SymDim:
+    """A new symbol no other call returns, for a size that depends on data (NonZero's count).
+
+    Example:
+        >>> fresh_symbol("nonzero") == fresh_symbol("nonzero")
+        False
+    """
+    return symbol(f"{hint}_{next(_fresh_ids)}")
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
