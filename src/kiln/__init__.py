@@ -9,7 +9,8 @@ Example:
 
 from __future__ import annotations
 
-from . import errors, nn, ops, symbolic
+from . import errors, io, nn, ops, optim, symbolic, tree
+from .capture import TracedGraph, trace
 from .device import Device, PlaceLike, Stream
 from .dtypes import (
     DType,
@@ -40,6 +41,7 @@ from .errors import (
 )
 from .functions import *  # noqa: F403
 from .functions import __all__ as _functions_all
+from .spec import TensorSpec
 from .symbolic import SymDim
 from .tensor import (
     Tensor,
@@ -73,6 +75,8 @@ __all__ = [
     "Stream",
     "SymDim",
     "Tensor",
+    "TensorSpec",
+    "TracedGraph",
     "UnsupportedOperationError",
     "arange",
     "asarray",
@@ -98,6 +102,10 @@ __all__ = [
     "result_type",
     "symbolic",
     "tensor",
+    "trace",
+    "tree",
+    "io",
+    "optim",
     "uint8",
     "uint16",
     "uint32",

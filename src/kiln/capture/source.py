@@ -1,0 +1,41 @@
+"""Finding the user's source line for error messages and node provenance."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["user_source"]
+
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
+_NUMPY_DIR: str | None = None
+
+
+def _numpy_dir() -> str:
+    global _NUMPY_DIR
+    if _NUMPY_DIR is None:
+        import numpy
+
+        _NUMPY_DIR = os.path.dirname(os.path.abspath(numpy.__file__))
+    return _NUMPY_DIR
+
+
+def user_source() -> str:
+    """``file:line (function)`` of the innermost frame outside kiln, NumPy and the stdlib.
+
+    Example:
+        >>> user_source().split(":")[0] != ""
+        True
+    """
+    frame = sys._getframe(1)
+    numpy_dir = _numpy_dir()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        inside = filename.startswith((_KILN_DIR, numpy_dir)) or (
+            filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
+        )
+        if not inside:
+            return f"{filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"

@@ -1,0 +1,465 @@
+"""Recording: a :class:`Tracer` receives every operator call and builds a ``ModelGraph``.
+
+While a tracer is installed (``handler_scope``), :func:`kiln.ops.dispatch.dispatch` hands it
+each call. The tracer looks up (or creates) the graph value of each input tensor, runs the
+operator's ``infer`` rule on the *symbolic* types, records a node, and, when the inputs have
+values, also runs the kernel, so the traced function sees real results. Its outputs are tensors
+that carry both the values and a reference to their graph value.
+
+A tensor the function reaches without receiving it (a closure weight, a global, a Python scalar
+turned into a tensor) has no graph value yet and becomes a constant, sharing its memory.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CaptureError, InputMismatchError, KilnError
+from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
+from ..ops.dispatch import handler_scope, run_kernel
+from ..ops.registry import OpDef, TensorType
+from ..spec import TensorSpec
+from ..symbolic import Dim, SymDim, format_shape, symbol
+from ..tensor import Tensor
+from .source import user_source
+
+__all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRef:
+    """What a recording tensor carries: its tracer and its graph value."""
+
+    tracer: Tracer
+    value: Value
+
+
+class Tracer:
+    """Records operator calls into nodes; implements the dispatch ``Handler`` protocol."""
+
+    def __init__(self, *, compute: bool = True) -> None:
+        self.compute = compute
+        self.scope = NameScope()
+        self.inputs: list[Value] = []
+        self.nodes: list[Node] = []
+        self.constants: list[Constant] = []
+        self._constant_of: dict[int, tuple[Tensor, Value]] = {}  # id(tensor) -> (tensor, value)
+        self._symbol_source: dict[str, tuple[Value, int]] = {}  # symbol -> (value, axis)
+        self._size_tensors: dict[Dim, Tensor] = {}
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def add_input(self, name: str, ttype: TensorType, data: np.ndarray | None) -> Tensor:
+        """A graph input and the recording tensor that stands for it."""
+        value = Value(name, ttype)
+        self.scope.reserve(name)
+        self.inputs.append(value)
+        self._note_symbols(value)
+        t = Tensor._abstract(ttype, TraceRef(self, value))
+        if data is not None:
+            t._data = _readonly(data)
+        return t
+
+    def _note_symbols(self, value: Value) -> None:
+        for axis, d in enumerate(value.shape):
+            if isinstance(d, SymDim) and d.is_symbol() and d.name not in self._symbol_source:
+                self._symbol_source[d.name] = (value, axis)
+
+    # -- the Handler protocol --------------------------------------------------------------
+
+    def value_of(self, t: Tensor) -> Value:
+        ref = t._trace
+        if isinstance(ref, TraceRef):
+            if ref.tracer is self:
+                return ref.value
+            raise CaptureError(
+                "a tensor recorded by another trace is used here; a traced function must not "
+                f"keep tensors across traces (at {user_source()})"
+            )
+        known = self._constant_of.get(id(t))
+        if known is not None:
+            return known[1]
+        assert t._data is not None
+        data = t._data
+        value = Value(self.scope.fresh("const"), t.type)
+        self.constants.append(Constant(value, data))
+        self._constant_of[id(t)] = (t, value)  # holding t keeps id(t) from being reused
+        return value
+
+    def apply(
+        self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
+    ) -> tuple[Tensor, ...]:
+        in_values = tuple(None if t is None else self.value_of(t) for t in inputs)
+        out_types = list(op.infer([None if v is None else v.type for v in in_values], attrs))
+        results: tuple[np.ndarray, ...] | None = None
+        if self.compute and all(t is None or t._data is not None for t in inputs):
+            arrays = [None if t is None else t._data for t in inputs]
+            results = run_kernel(op, arrays, attrs)
+            _check_kernel(op, out_types, results)
+        hint = snake_case(op.name)
+        outs = tuple(Value(self.scope.fresh(hint), ttype) for ttype in out_types)
+        node = Node(op.qualified_name, in_values, outs, dict(attrs), outs[0].name, user_source())
+        self.nodes.append(node)
+        tensors = []
+        for i, value in enumerate(outs):
+            self._note_symbols(value)
+            t = Tensor._abstract(value.type, TraceRef(self, value))
+            if results is not None:
+                t._data = _readonly(results[i])
+            tensors.append(t)
+        return tuple(tensors)
+
+    def host_read(self, tensor: Tensor, what: str) -> Any:
+        raise CaptureError(
+            f"{what} needs the tensor's values on the host, which a graph only computes when "
+            f"it runs, so it cannot be recorded (at {user_source()}). Keep the computation in "
+            "kiln/NumPy operations (e.g. kiln.where instead of an if on a tensor), or move it "
+            "outside the traced function."
+        )
+
+    def size_tensor(self, size: Any) -> Tensor:
+        """A recorded int64 ``(1,)`` tensor computing the symbolic ``size`` from the inputs."""
+        cached = self._size_tensors.get(size)
+        if cached is not None:
+            return cached
+        from ..functions.operands import constant
+        from ..ops.dispatch import call
+
+        def const(n: int) -> Tensor:
+            return constant(np.asarray([n], dtype=np.int64))
+
+        def atom_tensor(atom: Any) -> Tensor:
+            if isinstance(atom, str):
+                source = self._symbol_source.get(atom)
+                if source is None:
+                    raise CaptureError(f"the symbolic size {atom} does not come from any input")
+                value, axis = source
+                holder = Tensor._abstract(value.type, TraceRef(self, value))
+                return call("Shape", holder, start=axis, end=axis + 1)
+            kind, a, b = atom
+            ta, tb = self._size_or_const(a), self._size_or_const(b)
+            if kind == "//":
+                return call("Div", ta, tb)
+            if kind == "%":
+                return call("Mod", ta, tb, fmod=0)
+            if kind == "max":
+                return call("Max", ta, tb)
+            if kind == "min":
+                return call("Min", ta, tb)
+            return call("Where", call("Equal", ta, const(1)), tb, ta)  # bcast
+
+        total: Tensor | None = None
+        for mono, coef in size._terms:
+            term: Tensor | None = None if coef == 1 and mono else const(coef)
+            for atom, power in mono:
+                for _ in range(power):
+                    factor = atom_tensor(atom)
+                    term = factor if term is None else call("Mul", term, factor)
+            assert term is not None
+            total = term if total is None else call("Add", total, term)
+        assert total is not None
+        self._size_tensors[size] = total
+        return total
+
+    def _size_or_const(self, d: Dim) -> Tensor:
+        from ..functions.operands import constant
+
+        if isinstance(d, SymDim):
+            return self.size_tensor(d)
+        return constant(np.asarray([d], dtype=np.int64))
+
+    # -- finishing ------------------------------------------------------------------------
+
+    def finish(
+        self, name: str, outputs: Sequence[Tensor], output_names: Sequence[str]
+    ) -> ModelGraph:
+        """The graph whose outputs are ``outputs`` under ``output_names``.
+
+        An output that is an input, a constant, or already another output is copied through an
+        ``Identity`` node, so every graph output is a distinct node output with its own name.
+        """
+        from ..ops.registry import get_op
+
+        passthrough = {id(v) for v in self.inputs} | {id(c.value) for c in self.constants}
+        scope = NameScope([v.name for v in self.inputs] + [c.value.name for c in self.constants])
+        renames: dict[int, str] = {}
+        out_values: list[Value] = []
+        for t, out_name in zip(outputs, output_names):
+            value = self.value_of(t)
+            if id(value) in renames or id(value) in passthrough:
+                holder = Tensor._abstract(value.type, TraceRef(self, value))
+                (copy,) = self.apply(get_op("Identity"), [holder], {})
+                value = copy._trace.value
+            renames[id(value)] = scope.fresh(out_name)
+            out_values.append(value)
+        return _rename(self, name, out_values, renames)
+
+
+def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, str]) -> ModelGraph:
+    """Rebuild the recorded nodes so the output values carry the output names."""
+    taken = {v.name for v in tracer.inputs} | {c.value.name for c in tracer.constants}
+    for node in tracer.nodes:
+        taken.update(v.name for v in node.outputs)
+    # An output name may collide with an auto-generated name: move the other value aside.
+    scope = NameScope(taken | set(renames.values()))
+    mapping: dict[int, Value] = {}
+    wanted = set(renames.values())
+    for node in tracer.nodes:
+        for v in node.outputs:
+            if id(v) in renames:
+                mapping[id(v)] = Value(renames[id(v)], v.type)
+            elif v.name in wanted:
+                mapping[id(v)] = Value(scope.fresh(v.name), v.type)
+
+    def sub(v: Value | None) -> Value | None:
+        return None if v is None else mapping.get(id(v), v)
+
+    nodes = []
+    for node in tracer.nodes:
+        outs = tuple(sub(v) for v in node.outputs)
+        nodes.append(
+            Node(
+                node.op,
+                tuple(sub(v) for v in node.inputs),
+                outs,  # type: ignore[arg-type]
+                node.attrs,
+                outs[0].name,  # type: ignore[union-attr]
+                node.source,
+            )
+        )
+    return ModelGraph(
+        name,
+        tracer.inputs,
+        [sub(v) for v in outputs],
+        nodes,
+        tracer.constants,  # type: ignore[misc]
+    )
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+def _check_kernel(op: OpDef, types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -> None:
+    for i, (t, a) in enumerate(zip(types, arrays)):
+        if (
+            t.dtype != a.dtype
+            or len(t.shape) != a.ndim
+            or any(isinstance(d, int) and d != n for d, n in zip(t.shape, a.shape))
+        ):
+            raise KilnError(
+                f"internal error: {op.name} output {i} was inferred as {t} but its kernel "
+                f"produced {a.dtype}{format_shape(a.shape)}; please report this"
+            )
+
+
+# -- planning the inputs of a trace ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputSlot:
+    """One tensor leaf of a traced call: its flat index, name and symbolic type."""
+
+    index: int
+    name: str
+    type: TensorType
+
+
+def plan_inputs(
+    paths: Sequence[tuple[Any, ...]],
+    leaves: Sequence[Any],
+    signature: Sequence[TensorSpec] | None,
+    dynamic_axes: Mapping[Any, Any] | None,
+    fn: Callable[..., Any] | None,
+    *,
+    all_dynamic: bool = False,
+) -> list[InputSlot]:
+    """Names and symbolic types for the tensor leaves among ``leaves``.
+
+    ``paths`` are the optree key paths of ``(args, kwargs)``; names derive from the function's
+    parameter names (``x``, ``params.w``, ``batch.0``) unless a ``TensorSpec`` names them.
+    """
+    param_names = _parameter_names(fn)
+    tensor_positions = [i for i, leaf in enumerate(leaves) if _is_tensor_leaf(leaf)]
+    if signature is not None and len(signature) != len(tensor_positions):
+        raise InputMismatchError(
+            f"signature has {len(signature)} TensorSpec(s) but the call has "
+            f"{len(tensor_positions)} tensor input(s)"
+        )
+    scope = NameScope()
+    slots: list[InputSlot] = []
+    anonymous = _anonymous_symbols(signature, dynamic_axes)
+    for k, i in enumerate(tensor_positions):
+        leaf = leaves[i]
+        spec = signature[k] if signature is not None else None
+        derived = _derive_name(paths[i], param_names)
+        name = scope.fresh(spec.name if spec is not None and spec.name else derived)
+        if leaf is None:  # signature-only trace
+            assert spec is not None
+            dtype, given_shape = spec.dtype, None
+        else:
+            dtype = leaf.dtype
+            given_shape = tuple(leaf.shape)
+        shape = _symbolic_shape(name, k, spec, given_shape, dynamic_axes, anonymous, all_dynamic)
+        if spec is not None and leaf is not None:
+            _check_fits(name, spec, dtype, given_shape)
+        slots.append(InputSlot(i, name, TensorType(np.dtype(dtype), shape)))
+    _check_symbol_consistency(slots, [leaves[s.index] for s in slots])
+    return slots
+
+
+def _is_tensor_leaf(leaf: Any) -> bool:
+    return leaf is None or isinstance(leaf, (Tensor, np.ndarray))
+
+
+def _parameter_names(fn: Callable[..., Any] | None) -> list[str]:
+    if fn is None:
+        return []
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+
+
+def _derive_name(path: tuple[Any, ...], param_names: Sequence[str]) -> str:
+    if not path:
+        return "input"
+    head, rest = path[0], path[1:]
+    if head == 0 and rest:  # positional argument
+        position, rest = rest[0], rest[1:]
+        first = param_names[position] if position < len(param_names) else f"args.{position}"
+    elif head == 1 and rest:  # keyword argument
+        first, rest = str(rest[0]), rest[1:]
+    else:
+        first = str(head)
+    return ".".join([first, *(str(k) for k in rest)])
+
+
+class _Anonymous:
+    """Hands out s0, s1, ... avoiding the user's own size names."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = taken
+        self.n = 0
+
+    def next(self) -> SymDim:
+        while f"s{self.n}" in self.taken:
+            self.n += 1
+        name = f"s{self.n}"
+        self.n += 1
+        return symbol(name)
+
+
+def _anonymous_symbols(
+    signature: Sequence[TensorSpec] | None, dynamic_axes: Mapping[Any, Any] | None
+) -> _Anonymous:
+    taken: set[str] = set()
+    for spec in signature or ():
+        taken.update(d for d in spec.shape if isinstance(d, str))
+    for axes in (dynamic_axes or {}).values():
+        if isinstance(axes, Mapping):
+            taken.update(str(n) for n in axes.values())
+    return _Anonymous(taken)
+
+
+def _symbolic_shape(
+    name: str,
+    flat_index: int,
+    spec: TensorSpec | None,
+    given: tuple[int, ...] | None,
+    dynamic_axes: Mapping[Any, Any] | None,
+    anonymous: _Anonymous,
+    all_dynamic: bool,
+) -> tuple[Dim, ...]:
+    if spec is not None:
+        shape: list[Dim] = []
+        for d in spec.shape:
+            if d is None:
+                shape.append(anonymous.next())
+            elif isinstance(d, str):
+                shape.append(symbol(d))
+            else:
+                shape.append(d)  # type: ignore[arg-type]
+    else:
+        assert given is not None
+        shape = [anonymous.next() if all_dynamic else d for d in given]
+    axes = None
+    if dynamic_axes:
+        axes = dynamic_axes.get(name, dynamic_axes.get(flat_index))
+    if axes is not None:
+        named = axes if isinstance(axes, Mapping) else {a: None for a in axes}
+        for axis, size_name in named.items():
+            if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+                raise InputMismatchError(
+                    f"dynamic_axes: input {name!r} has rank {len(shape)}, so axis {axis!r} "
+                    "does not exist"
+                )
+            shape[axis] = symbol(str(size_name)) if size_name is not None else anonymous.next()
+    return tuple(shape)
+
+
+def _check_fits(name: str, spec: TensorSpec, dtype: Any, given: tuple[int, ...] | None) -> None:
+    if np.dtype(dtype) != spec.dtype:
+        raise InputMismatchError(
+            f"input {name!r}: the signature says dtype {spec.dtype}, the call gives {np.dtype(dtype)}"
+        )
+    assert given is not None
+    if len(given) != len(spec.shape):
+        raise InputMismatchError(
+            f"input {name!r}: the signature says rank {len(spec.shape)} "
+            f"{format_shape(spec.shape)}, the call gives rank {len(given)} {format_shape(given)}"
+        )
+    for axis, (want, got) in enumerate(zip(spec.shape, given)):
+        if isinstance(want, int) and want != got:
+            raise InputMismatchError(
+                f"input {name!r} axis {axis}: the signature says size {want}, the call gives {got}"
+            )
+
+
+def _check_symbol_consistency(slots: Sequence[InputSlot], leaves: Sequence[Any]) -> None:
+    seen: dict[str, tuple[int, str, int]] = {}
+    for slot, leaf in zip(slots, leaves):
+        if leaf is None:
+            continue
+        for axis, d in enumerate(slot.type.shape):
+            if isinstance(d, SymDim) and d.is_symbol():
+                size = leaf.shape[axis]
+                prior = seen.setdefault(d.name, (size, slot.name, axis))
+                if prior[0] != size:
+                    raise InputMismatchError(
+                        f"input {slot.name!r} axis {axis} has size {size}, but the symbolic "
+                        f"size {d.name} is {prior[0]} at input {prior[1]!r} axis {prior[2]}"
+                    )
+
+
+def record(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    slots: Sequence[InputSlot],
+    leaves: Sequence[Any],
+    rebuild: Callable[[list[Any]], tuple[tuple[Any, ...], dict[str, Any]]],
+    tracer: Tracer,
+) -> Any:
+    """Call ``fn`` with recording tensors in place of the tensor leaves; return its result."""
+    new_leaves = list(leaves)
+    for slot in slots:
+        leaf = leaves[slot.index]
+        data = None if leaf is None else (leaf._data if isinstance(leaf, Tensor) else leaf)
+        new_leaves[slot.index] = tracer.add_input(slot.name, slot.type, data)
+    call_args, call_kwargs = rebuild(new_leaves)
+    with handler_scope(tracer):
+        return fn(*call_args, **call_kwargs)

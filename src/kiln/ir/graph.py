@@ -1,0 +1,405 @@
+"""The IR: :class:`Value`, :class:`Node`, :class:`Constant` and :class:`ModelGraph`.
+
+A ``ModelGraph`` is a flat SSA program: named typed inputs, constants (initializers), nodes in
+topological order, and named outputs. Values, nodes and constants are frozen plain data; a pass
+builds a new graph rather than editing one in place. A node's ``op`` names a registry operator,
+so every rule about it (shape, dtype, kernel, ONNX mapping) is found in one record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+
+from ..errors import GraphValidationError
+from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
+from ..spec import TensorSpec
+from ..symbolic import SymDim, format_shape
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["AttrValue", "Value", "Node", "Constant", "ModelGraph", "NameScope", "verify_graph"]
+
+AttrValue = Union[int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Value:
+    """A tensor in the graph: a unique name and a type. Compared by identity."""
+
+    name: str
+    type: TensorType
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[int | SymDim, ...]:
+        return self.type.shape
+
+    @property
+    def spec(self) -> TensorSpec:
+        """The value's type as a :class:`TensorSpec` (symbolic sizes kept)."""
+        return TensorSpec(self.shape, self.dtype, self.name)
+
+    def __repr__(self) -> str:
+        return f"Value({self.name}: {self.type})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Node:
+    """One operator application. ``inputs`` holds ``None`` for an omitted optional input."""
+
+    op: str
+    inputs: tuple[Value | None, ...]
+    outputs: tuple[Value, ...]
+    attrs: Mapping[str, AttrValue]
+    name: str
+    source: str = ""  # the user's file:line that recorded it, when known
+
+    @property
+    def opdef(self) -> OpDef:
+        return get_op(self.op)
+
+    def __repr__(self) -> str:
+        return f"Node({self.name}: {self.op})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Constant:
+    """A value with fixed contents (an ONNX initializer). ``data`` is read-only."""
+
+    value: Value
+    data: np.ndarray = field(repr=False)
+
+
+class NameScope:
+    """Hands out names unique within one graph: ``add``, ``add_1``, ``add_2``..."""
+
+    _invalid = re.compile(r"[^A-Za-z0-9_.]")
+
+    def __init__(self, taken: Iterable[str] = ()) -> None:
+        self._taken: set[str] = set(taken)
+        self._counters: dict[str, itertools.count] = {}
+
+    def reserve(self, name: str) -> None:
+        self._taken.add(name)
+
+    def fresh(self, hint: str) -> str:
+        base = self._invalid.sub("_", hint) or "v"
+        if base[0].isdigit():
+            base = "_" + base
+        if base not in self._taken:
+            self._taken.add(base)
+            return base
+        counter = self._counters.setdefault(base, itertools.count(1))
+        while True:
+            name = f"{base}_{next(counter)}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
+
+
+def snake_case(op: str) -> str:
+    """``MatMul`` -> ``matmul``, ``ReduceSum`` -> ``reduce_sum``, ``kiln.Fused`` -> ``fused``."""
+    op = op.rsplit(".", 1)[-1]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op).lower().replace("mat_mul", "matmul")
+
+
+class ModelGraph:
+    """A recorded operator graph: the IR that is optimized, placed, finalized and run.
+
+    Build one with :func:`kiln.trace` (or ``kiln.compile(...).take_graph()``, or
+    :func:`kiln.io.load`). Only a finalized graph runs.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: np.tanh(x) * 2, kiln.ones((2, 3), "float32")).graph
+        >>> g.input_names, g.output_names
+        (['x'], ['output'])
+        >>> g.finalize()
+        >>> g.run([np.zeros((2, 3), np.float32)])[0].shape
+        (2, 3)
+    """
+
+    default_max_iterations = 8
+
+    def __init__(
+        self,
+        name: str,
+        inputs: Sequence[Value],
+        outputs: Sequence[Value],
+        nodes: Sequence[Node],
+        constants: Sequence[Constant] = (),
+    ) -> None:
+        self.name = name
+        self._inputs = tuple(inputs)
+        self._outputs = tuple(outputs)
+        self._nodes = tuple(nodes)
+        self._constants = tuple(constants)
+        self._place: object = None  # a Device or Stream once chosen; None = the inputs' place
+        self._plan: object = None  # the executor's plan once finalized
+
+    # -- structure ------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes in topological order."""
+        return self._nodes
+
+    @property
+    def constants(self) -> tuple[Constant, ...]:
+        return self._constants
+
+    @property
+    def input_values(self) -> tuple[Value, ...]:
+        return self._inputs
+
+    @property
+    def output_values(self) -> tuple[Value, ...]:
+        return self._outputs
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name for v in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [v.name for v in self._outputs]
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        """The inputs' specs (name, dtype, shape with symbolic sizes), in signature order."""
+        return [v.spec for v in self._inputs]
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        """The outputs' specs, in order."""
+        return [v.spec for v in self._outputs]
+
+    @property
+    def place(self) -> object:
+        """Where the graph runs (a Device or Stream), or ``None`` before one is chosen."""
+        return self._place
+
+    def values(self) -> Iterable[Value]:
+        """Every value: inputs, constants, then node outputs in order."""
+        yield from self._inputs
+        for c in self._constants:
+            yield c.value
+        for node in self._nodes:
+            yield from node.outputs
+
+    def with_body(
+        self,
+        nodes: Sequence[Node],
+        outputs: Sequence[Value] | None = None,
+        constants: Sequence[Constant] | None = None,
+        inputs: Sequence[Value] | None = None,
+    ) -> ModelGraph:
+        """A new, unfinalized graph with the same name and the given parts replaced."""
+        graph = ModelGraph(
+            self.name,
+            self._inputs if inputs is None else inputs,
+            self._outputs if outputs is None else outputs,
+            nodes,
+            self._constants if constants is None else constants,
+        )
+        graph._place = self._place
+        return graph
+
+    def copy(self) -> ModelGraph:
+        """An independent graph with the same contents (nodes and values are immutable, so
+        they are shared); the copy is not finalized."""
+        return self.with_body(self._nodes)
+
+    def name_scope(self) -> NameScope:
+        """A :class:`NameScope` that knows every name already used in this graph."""
+        taken = [v.name for v in self.values()] + [n.name for n in self._nodes]
+        return NameScope(taken)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def is_finalized(self) -> bool:
+        """True once :meth:`finalize` ran (and nothing has changed the graph since)."""
+        return self._plan is not None
+
+    def finalize(self) -> None:
+        """Ready the graph to run at its place: build the executor's plan. Idempotent."""
+        if self._plan is not None:
+            return
+        from ..exec import build_plan
+
+        self._plan = build_plan(self, self._place)
+
+    def to(self, where: object) -> None:
+        """Choose where the graph runs; on a finalized graph, move it there.
+
+        Raises :class:`~kiln.errors.DeviceUnavailableError` for a place with no backend.
+        """
+        from ..device import as_place
+
+        place = as_place(where)  # type: ignore[arg-type]
+        self._place = place
+        if self._plan is not None:
+            self._plan = None
+            self.finalize()
+
+    def run(self, inputs: Sequence[object] | Mapping[str, object]) -> list:
+        """Run the finalized graph on flat inputs: a sequence in signature order, or a mapping
+        by input name. Returns the list of output tensors.
+
+        Raises :class:`~kiln.errors.GraphNotFinalizedError` before :meth:`finalize`, and
+        :class:`~kiln.errors.InputMismatchError` naming the input and axis for wrong inputs.
+        """
+        plan = self._plan
+        if plan is None:
+            from ..errors import GraphNotFinalizedError
+
+            raise GraphNotFinalizedError(
+                f"graph {self.name!r} is not finalized: call graph.finalize() before run()"
+            )
+        return plan.run(inputs)  # type: ignore[attr-defined]
+
+    def optimize(
+        self,
+        transforms: Sequence[object] | None = None,
+        max_num_iterations: int | None = None,
+        *,
+        defaults: object = None,
+    ) -> object:
+        """Run the optimizer (the default pipeline when ``transforms`` is None) to a fixed
+        point or ``max_num_iterations`` (the graph's default cap when None). The graph is
+        rewritten in place; a finalized graph is finalized again. Returns the
+        :class:`~kiln.optim.OptimizeReport`."""
+        from ..optim.transform import run_pipeline
+
+        was_finalized = self._plan is not None
+        optimized, report = run_pipeline(
+            self,
+            transforms,
+            self.default_max_iterations if max_num_iterations is None else max_num_iterations,
+            defaults,
+        )
+        self._inputs = optimized._inputs
+        self._outputs = optimized._outputs
+        self._nodes = optimized._nodes
+        self._constants = optimized._constants
+        self._plan = None
+        if was_finalized:
+            self.finalize()
+        return report
+
+    # -- checks and printing -------------------------------------------------------------
+
+    def verify(self) -> None:
+        """Check the IR's invariants; raise :class:`GraphValidationError` naming the problem."""
+        verify_graph(self)
+
+    def __str__(self) -> str:
+        from .printer import format_graph
+
+        return format_graph(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ModelGraph {self.name!r}: {len(self._inputs)} inputs, {len(self._nodes)} nodes, "
+            f"{len(self._outputs)} outputs{', finalized' if self.is_finalized() else ''}>"
+        )
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_plan"] = None
+        return state
+
+
+def _types_agree(recorded: TensorType, inferred: TensorType, data_dependent: bool) -> bool:
+    if recorded.dtype != inferred.dtype or len(recorded.shape) != len(inferred.shape):
+        return False
+    for r, i in zip(recorded.shape, inferred.shape):
+        if r == i:
+            continue
+        if data_dependent and isinstance(i, SymDim):
+            continue
+        return False
+    return True
+
+
+def verify_graph(graph: ModelGraph) -> None:
+    """The checks of :meth:`ModelGraph.verify`."""
+    problems: list[str] = []
+    defined: set[int] = set()
+    names: dict[str, str] = {}
+
+    def define(value: Value, owner: str) -> None:
+        if id(value) in defined:
+            problems.append(f"value {value.name!r} is defined twice (again by {owner})")
+        defined.add(id(value))
+        if value.name in names:
+            problems.append(f"name {value.name!r} is used by {names[value.name]} and by {owner}")
+        names[value.name] = owner
+
+    for v in graph.input_values:
+        define(v, f"input {v.name!r}")
+    for c in graph.constants:
+        define(c.value, f"constant {c.value.name!r}")
+        if c.data.dtype != c.value.dtype or tuple(c.data.shape) != tuple(c.value.shape):
+            problems.append(
+                f"constant {c.value.name!r} holds {c.data.dtype}{format_shape(c.data.shape)} "
+                f"but is typed {c.value.type}"
+            )
+    node_names: set[str] = set()
+    for index, node in enumerate(graph.nodes):
+        where = f"node {index} {node.name!r} ({node.op})"
+        if node.name in node_names:
+            problems.append(f"{where}: node name is not unique")
+        node_names.add(node.name)
+        try:
+            opdef = get_op(node.op)
+        except Exception:
+            problems.append(f"{where}: no operator {node.op!r} is registered")
+            continue
+        for i, v in enumerate(node.inputs):
+            if v is not None and id(v) not in defined:
+                problems.append(
+                    f"{where}: input {i} {v.name!r} is used before it is defined "
+                    "(not topologically ordered, or from another graph)"
+                )
+        try:
+            attrs = opdef.bind_attrs(node.attrs)
+            opdef.check_arity(len(node.inputs))
+            inferred = list(
+                opdef.infer([None if v is None else v.type for v in node.inputs], attrs)
+            )
+        except Exception as exc:  # the op's own validation message says what is wrong
+            problems.append(f"{where}: {exc}")
+            inferred = None
+        if inferred is not None:
+            if len(inferred) < len(node.outputs) and not opdef.variadic_outputs:
+                problems.append(
+                    f"{where}: has {len(node.outputs)} outputs, the operator makes {len(inferred)}"
+                )
+            data_dependent = DATA_DEPENDENT_SHAPE in opdef.traits
+            for out, want in zip(node.outputs, inferred):
+                if not _types_agree(out.type, want, data_dependent):
+                    problems.append(
+                        f"{where}: output {out.name!r} is typed {out.type} but {node.op} "
+                        f"infers {want}"
+                    )
+        for out in node.outputs:
+            define(out, where)
+    for v in graph.output_values:
+        if id(v) not in defined:
+            problems.append(f"graph output {v.name!r} is not defined by the graph")
+    if len(set(graph.output_names)) != len(graph.output_names):
+        problems.append(f"graph outputs repeat a name: {graph.output_names}")
+    if problems:
+        listing = "\n  ".join(problems)
+        raise GraphValidationError(f"graph {graph.name!r} is invalid:\n  {listing}")
