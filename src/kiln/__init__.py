@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import errors, io, nn, ops, optim, symbolic, tree
 from .capture import TracedGraph, trace
+from .capture.compiled import CompiledFunction, State, compile, explain
 from .device import Device, PlaceLike, Stream
 from .dtypes import (
     DType,
@@ -63,6 +64,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CaptureError",
+    "CompiledFunction",
+    "State",
+    "compile",
+    "explain",
     "DType",
     "Device",
     "DeviceUnavailableError",

@@ -9,6 +9,7 @@ raises :class:`~kiln.errors.DeviceUnavailableError` that says what to install.
 from __future__ import annotations
 
 import importlib.util
+import operator
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Union
@@ -39,24 +40,34 @@ class Device:
     def __init__(self, type: str, index: int | None = None) -> None:  # noqa: A002 - torch's name
         if not isinstance(type, str):
             raise TypeError(f"Device type must be a str such as 'cpu' or 'cuda:0', got {type!r}")
-        name, _, suffix = type.strip().lower().partition(":")
-        if suffix:
+        name, colon, suffix = type.strip().lower().partition(":")
+        if colon:
             if index is not None:
                 raise ValueError(f"Device({type!r}, {index!r}): give the index once, not twice")
-            if not suffix.isdigit():
+            if not (suffix.isascii() and suffix.isdigit()):
                 raise ValueError(f"Device index in {type!r} must be a non-negative integer")
             index = int(suffix)
         if name not in _KNOWN_TYPES:
             raise ValueError(f"unknown device type {name!r}; expected one of {_KNOWN_TYPES}")
         if index is None:
             index = 0
-        if not isinstance(index, int) or index < 0:
+        # bool is an int subclass, but Device("cuda", True) is a mistake, not cuda:1.
+        if isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise TypeError(
+                f"Device index must be a non-negative int, got {index.__class__.__name__} {index!r}"
+            )
+        index = operator.index(index)
+        if index < 0:
             raise ValueError(f"Device index must be a non-negative integer, got {index!r}")
         object.__setattr__(self, "type", name)
         object.__setattr__(self, "index", index)
 
     def __str__(self) -> str:
-        return "cpu" if self.type == "cpu" else f"{self.type}:{self.index}"
+        # The CPU is one device: "cpu" for index 0, but keep any other index visible so that
+        # Device(str(d)) == d always holds.
+        if self.type == "cpu" and self.index == 0:
+            return "cpu"
+        return f"{self.type}:{self.index}"
 
     def __repr__(self) -> str:
         return f"Device({str(self)!r})"

@@ -324,48 +324,66 @@ def fresh_symbol(hint: str) -> SymDim:
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
-    """``a // b`` for sizes, exact where the division is exact."""
-    if isinstance(b, int):
-        if b == 0:
-            raise ZeroDivisionError(f"symbolic size {a} divided by zero")
-        if isinstance(a, int):
-            return a // b
-        if b == 1:
-            return a
-        if all(c % b == 0 for _, c in a._terms):
-            return SymDim._make({m: c // b for m, c in a._terms})
-        return _opaque("//", a, b)
-    # b is symbolic: exact when b is a single monomial dividing every term of a.
-    if len(b._terms) == 1:
-        ((dmono, dcoef),) = b._terms
-        quotient: dict[Monomial, int] = {}
-        for m, c in SymDim._terms_of(a).items():
-            qm = _mono_div(m, dmono)
-            if qm is None or c % dcoef != 0:
-                break
-            quotient[qm] = c // dcoef
-        else:
-            return SymDim._make(quotient)
-    return _opaque("//", a, b)
+    """``a // b`` for sizes, exact where the division is exact.
+
+    Example:
+        >>> floordiv(symbol("B") * 12, symbol("B"))
+        12
+    """
+    if isinstance(b, int) and b == 0:
+        raise ZeroDivisionError(f"symbolic size {a} divided by zero")
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    quotient = _exact_quotient(a, b)
+    return _opaque("//", a, b) if quotient is None else quotient
 
 
 def mod(a: Dim, b: Dim) -> Dim:
-    """``a % b`` for sizes; 0 where the division is exact."""
+    """``a % b`` for sizes; 0 where the division is exact.
+
+    Example:
+        >>> mod(symbol("B") * 2, 2)
+        0
+    """
+    if isinstance(b, int) and b == 0:
+        raise ZeroDivisionError(f"symbolic size {a} modulo zero")
     if isinstance(a, int) and isinstance(b, int):
         return a % b
-    q = floordiv(a, b)
-    if not (isinstance(q, SymDim) and _is_opaque_div(q)):
-        return a - q * b
-    return _opaque("%", a, b)
+    return _opaque("%", a, b) if _exact_quotient(a, b) is None else 0
 
 
-def _is_opaque_div(d: SymDim) -> bool:
-    if len(d._terms) != 1:
-        return False
-    mono, coef = d._terms[0]
-    return (
-        coef == 1 and len(mono) == 1 and not isinstance(mono[0][0], str) and mono[0][0][0] == "//"
-    )
+def _exact_quotient(a: Dim, b: Dim) -> Dim | None:
+    """``q`` with ``a == q * b`` as polynomials (so ``a // b == q`` for every nonzero ``b``),
+    or None when no such ``q`` of the forms tried exists."""
+    if a == b:
+        return 1
+    numerator = {m: c for m, c in SymDim._terms_of(a).items() if c != 0}
+    if isinstance(b, int):
+        if all(c % b == 0 for c in numerator.values()):
+            return SymDim._make({m: c // b for m, c in numerator.items()})
+        return None
+    if not numerator:
+        return 0  # 0 // b
+    if len(b._terms) == 1:
+        # A single monomial divides a sum exactly when it divides every term.
+        ((dmono, dcoef),) = b._terms
+        quotient: dict[Monomial, int] = {}
+        for m, c in numerator.items():
+            qm = _mono_div(m, dmono)
+            if qm is None or c % dcoef != 0:
+                return None
+            quotient[qm] = c // dcoef
+        return SymDim._make(quotient)
+    # A sum divisor: try each one-monomial quotient of a term of ``a`` by the leading term of
+    # ``b``, kept only if exact ((2*B + 2) // (B + 1) == 2). Longer quotients stay opaque.
+    lead_mono, lead_coef = b._terms[-1]
+    for m, c in numerator.items():
+        qm = _mono_div(m, lead_mono)
+        if qm is not None and c % lead_coef == 0:
+            candidate = SymDim._make({qm: c // lead_coef})
+            if candidate * b == a:
+                return candidate
+    return None
 
 
 def dim_max(a: Dim, b: Dim) -> Dim:

@@ -74,7 +74,7 @@ class Tensor:
     _trace: Any
 
     def __init__(self, data: Any, dtype: DTypeLike | None = None) -> None:
-        array = np.array(data, dtype=None if dtype is None else dtypes.as_dtype(dtype))
+        array = _native(np.array(data, dtype=None if dtype is None else dtypes.as_dtype(dtype)))
         _check_supported(array)
         self._data = _readonly(array)
         self._meta = None
@@ -215,7 +215,7 @@ class Tensor:
         return int(self._scalar("int(tensor)"))
 
     def __index__(self) -> int:
-        if self.dtype.kind not in "iub":
+        if self.dtype.kind not in "iu":  # as NumPy: a bool is not an index
             raise TypeError(f"only integer tensors can be used as an index, got {self.dtype}")
         return int(self._scalar("operator.index(tensor)"))
 
@@ -465,6 +465,14 @@ class Tensor:
         return _F.dot(self, other)
 
 
+def _native(array: np.ndarray) -> np.ndarray:
+    # Big-endian data (read from a file, say) has a supported dtype in a foreign byte order;
+    # kernels and ``dtype ==`` checks expect native order, so convert (a copy) once here.
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
 def _check_supported(array: np.ndarray) -> None:
     if array.dtype not in dtypes.ALL_DTYPES:
         raise TypeError(
@@ -512,7 +520,7 @@ def asarray(data: Any, dtype: DTypeLike | None = None, device: PlaceLike = None)
     want = None if dtype is None else dtypes.as_dtype(dtype)
     if isinstance(data, Tensor):
         return data.astype(want)
-    array = np.asarray(_unwrap(data), dtype=want)
+    array = _native(np.asarray(_unwrap(data), dtype=want))
     _check_supported(array)
     return Tensor._wrap(array)
 

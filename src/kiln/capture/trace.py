@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CaptureError, InputMismatchError, KilnError
+from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOperationError
 from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
 from ..ops.dispatch import handler_scope, run_kernel
 from ..ops.registry import OpDef, TensorType
@@ -119,6 +119,13 @@ class Tracer:
             f"{what} needs the tensor's values on the host, which a graph only computes when "
             f"it runs, so it cannot be recorded (at {user_source()}). Keep the computation in "
             "kiln/NumPy operations (e.g. kiln.where instead of an if on a tensor), or move it "
+            "outside the traced function."
+        )
+
+    def unsupported(self, what: str) -> None:
+        raise UnsupportedOperationError(
+            f"{what} is not implemented by kiln, so it cannot be recorded into a graph (at "
+            f"{user_source()}). Rewrite it with kiln operators (kiln.*, kiln.nn.*), or keep it "
             "outside the traced function."
         )
 
@@ -281,11 +288,15 @@ def plan_inputs(
     fn: Callable[..., Any] | None,
     *,
     all_dynamic: bool = False,
+    extra_dynamic: Mapping[int, Mapping[int, str | None]] | None = None,
 ) -> list[InputSlot]:
     """Names and symbolic types for the tensor leaves among ``leaves``.
 
     ``paths`` are the optree key paths of ``(args, kwargs)``; names derive from the function's
     parameter names (``x``, ``params.w``, ``batch.0``) unless a ``TensorSpec`` names them.
+    ``all_dynamic`` makes every axis dynamic; ``extra_dynamic`` (by tensor index, then axis)
+    adds dynamic axes after ``dynamic_axes``, naming a size where a name is given (equal names
+    are one size).
     """
     param_names = _parameter_names(fn)
     tensor_positions = [i for i, leaf in enumerate(leaves) if _is_tensor_leaf(leaf)]
@@ -297,6 +308,8 @@ def plan_inputs(
     scope = NameScope()
     slots: list[InputSlot] = []
     anonymous = _anonymous_symbols(signature, dynamic_axes)
+    for axes in (extra_dynamic or {}).values():
+        anonymous.taken.update(n for n in axes.values() if n)
     for k, i in enumerate(tensor_positions):
         leaf = leaves[i]
         spec = signature[k] if signature is not None else None
@@ -309,6 +322,12 @@ def plan_inputs(
             dtype = leaf.dtype
             given_shape = tuple(leaf.shape)
         shape = _symbolic_shape(name, k, spec, given_shape, dynamic_axes, anonymous, all_dynamic)
+        for axis, size_name in (extra_dynamic or {}).get(k, {}).items():
+            shape = (
+                shape[:axis]
+                + (symbol(size_name) if size_name else anonymous.next(),)
+                + shape[axis + 1 :]
+            )
         if spec is not None and leaf is not None:
             _check_fits(name, spec, dtype, given_shape)
         slots.append(InputSlot(i, name, TensorType(np.dtype(dtype), shape)))
@@ -369,7 +388,7 @@ def _anonymous_symbols(
     taken: set[str] = set()
     for spec in signature or ():
         taken.update(d for d in spec.shape if isinstance(d, str))
-    for axes in (dynamic_axes or {}).values():
+    for axes in (dynamic_axes or {}).values():  # names given for dynamic axes
         if isinstance(axes, Mapping):
             taken.update(str(n) for n in axes.values())
     return _Anonymous(taken)
@@ -414,7 +433,8 @@ def _symbolic_shape(
 def _check_fits(name: str, spec: TensorSpec, dtype: Any, given: tuple[int, ...] | None) -> None:
     if np.dtype(dtype) != spec.dtype:
         raise InputMismatchError(
-            f"input {name!r}: the signature says dtype {spec.dtype}, the call gives {np.dtype(dtype)}"
+            f"input {name!r}: the signature says dtype {spec.dtype}, "
+            f"the call gives {np.dtype(dtype)}"
         )
     assert given is not None
     if len(given) != len(spec.shape):

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import dtypes
-from ..errors import UnsupportedOperationError
 from ..ops.dispatch import current_handler
 from ..tensor import Tensor
 
@@ -70,12 +69,11 @@ def array_function(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _unsupported(name: str, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    if current_handler() is not None:
-        raise UnsupportedOperationError(
-            f"{name} is not implemented by kiln, so it cannot be recorded into a graph. "
-            "Rewrite it with kiln operators (see kiln.functions), or keep it outside the "
-            "compiled function."
-        )
+    handler = current_handler()
+    if handler is not None:
+        # A tracer raises; a compile-time tracer may instead abandon its capture and let the
+        # call compute eagerly below.
+        handler.unsupported(name)
     result = func(*_to_numpy(args), **_to_numpy(kwargs))
     return _to_kiln(result)
 

@@ -34,6 +34,10 @@ class Handler(Protocol):
 
     def host_read(self, tensor: Tensor, what: str) -> Any: ...
 
+    def unsupported(self, what: str) -> None:
+        """A NumPy function kiln lacks was called: raise, or return to let it run eagerly."""
+        ...
+
     def size_tensor(self, size: Any) -> Tensor:
         """A recorded int64 tensor of shape (1,) computing the symbolic ``size``."""
         ...
