@@ -114,9 +114,7 @@ def test_closure_tensors_become_constants_without_copy():
 
 
 def test_signature_only_trace_runs_for_every_batch_size():
-    tg = kiln.trace(
-        lambda x: kiln.exp(x) + 1.0, signature=[kiln.TensorSpec(("B", 3), "float32")]
-    )
+    tg = kiln.trace(lambda x: kiln.exp(x) + 1.0, signature=[kiln.TensorSpec(("B", 3), "float32")])
     assert tg.in_spec is None
     assert str(tg.graph.inputs[0].shape[0]) == "B"
     tg.finalize()

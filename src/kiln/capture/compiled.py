@@ -417,8 +417,19 @@ class CompiledFunction:
                     f"{self._graph_name}: the signature has {len(self._signature)} "
                     f"TensorSpec(s), the call has {tensors} tensor input(s)"
                 )
+        previous = self._closest_entry(treespec, leaves) or previous
         event = self._describe_change(call, previous, leaves, treespec, args, kwargs)
         return self._recapture(call, key, leaves, args, kwargs, event)
+
+    def _closest_entry(self, treespec: Any, leaves: list[Any]) -> _Entry | None:
+        """The most recent capture of the same structure, preferring one with equal dtypes,
+        so the change reported is the smallest one."""
+        same = [e for e in reversed(self._entries.values()) if e.treespec == treespec]
+        for entry in same:
+            given = [leaves[i].dtype for i in entry.tensor_positions]
+            if given == list(entry.dtypes):
+                return entry
+        return same[0] if same else None
 
     def _describe_change(
         self,
