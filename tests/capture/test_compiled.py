@@ -56,7 +56,7 @@ def test_first_call_captures_and_later_calls_replay():
     f = kiln.compile(target)
     assert f.state is State.Pending and f.input_names == []
     x, y = rand(3, 4), rand(3, 4, seed=1)
-    for i in range(5):
+    for _ in range(5):
         out = f(x, y)
         assert_close(out, np.tanh(x * f32(2.0) + y) - y)
         assert isinstance(out, kiln.Tensor)
