@@ -163,7 +163,11 @@ class OpDef:
         bound: dict[str, Any] = {}
         for name, spec in self.attrs.items():
             if name in given:
-                bound[name] = _normalise_attr(self.name, name, spec, given.pop(name))
+                value = given.pop(name)
+                if value is None and spec.default is None:  # "absent", as ONNX means it
+                    bound[name] = None
+                else:
+                    bound[name] = _normalise_attr(self.name, name, spec, value)
             elif spec.default is REQUIRED:
                 raise OpArgumentError(f"{self.name}: attribute {name!r} is required")
             else:
