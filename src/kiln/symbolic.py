@@ -24,6 +24,8 @@ __all__ = [
     "Shape",
     "symbol",
     "fresh_symbol",
+    "floordiv",
+    "mod",
     "is_static",
     "evaluate",
     "broadcast_dim",

@@ -395,7 +395,7 @@ def test_optimize_false_runs_the_recorded_graph():
 @pytest.mark.parametrize("specialize", [True, False, None])
 def test_specialize_options_give_equal_results(specialize):
     f = kiln.compile(lambda x: x.reshape(x.shape[0], -1) * 2.0, dynamic=True, specialize=specialize)
-    for n in (1, 3, 0, 3):
+    for n in (1, 3, 2, 3):  # (0, -1) is ambiguous for NumPy too
         x = rand(n, 2, 3)
         assert_close(f(x), x.reshape(n, -1) * 2)
 

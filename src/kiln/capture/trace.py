@@ -49,7 +49,7 @@ class Tracer:
         self.nodes: list[Node] = []
         self.constants: list[Constant] = []
         self._constant_of: dict[int, tuple[Tensor, Value]] = {}  # id(tensor) -> (tensor, value)
-        self._symbol_source: dict[str, tuple[Value, int]] = {}  # symbol -> (value, axis)
+        self._symbol_source: dict[str, tuple[Tensor, int]] = {}  # symbol -> (tensor, axis)
         self._size_tensors: dict[Dim, Tensor] = {}
 
     # -- inputs ---------------------------------------------------------------------------
@@ -59,16 +59,17 @@ class Tracer:
         value = Value(name, ttype)
         self.scope.reserve(name)
         self.inputs.append(value)
-        self._note_symbols(value)
         t = Tensor._abstract(ttype, TraceRef(self, value))
         if data is not None:
             t._data = _readonly(data)
+        self._note_symbols(t)
         return t
 
-    def _note_symbols(self, value: Value) -> None:
-        for axis, d in enumerate(value.shape):
+    def _note_symbols(self, t: Tensor) -> None:
+        """Remember the first recorded tensor each symbolic size appears in (for size_tensor)."""
+        for axis, d in enumerate(t.type.shape):
             if isinstance(d, SymDim) and d.is_symbol() and d.name not in self._symbol_source:
-                self._symbol_source[d.name] = (value, axis)
+                self._symbol_source[d.name] = (t, axis)
 
     # -- the Handler protocol --------------------------------------------------------------
 
@@ -107,10 +108,10 @@ class Tracer:
         self.nodes.append(node)
         tensors = []
         for i, value in enumerate(outs):
-            self._note_symbols(value)
             t = Tensor._abstract(value.type, TraceRef(self, value))
             if results is not None:
                 t._data = _readonly(results[i])
+            self._note_symbols(t)
             tensors.append(t)
         return tuple(tensors)
 
@@ -145,8 +146,7 @@ class Tracer:
                 source = self._symbol_source.get(atom)
                 if source is None:
                     raise CaptureError(f"the symbolic size {atom} does not come from any input")
-                value, axis = source
-                holder = Tensor._abstract(value.type, TraceRef(self, value))
+                holder, axis = source
                 return call("Shape", holder, start=axis, end=axis + 1)
             kind, a, b = atom
             ta, tb = self._size_or_const(a), self._size_or_const(b)

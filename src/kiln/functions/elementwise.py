@@ -4,20 +4,139 @@ Each function takes tensors, arrays or Python scalars, resolves dtypes exactly a
 of the same name would (:func:`~kiln.functions.operands.ufunc_operands`), and lowers onto
 registry operators through :func:`~kiln.ops.dispatch.call`. Each is registered for NumPy's
 protocol with :func:`~kiln.functions.numpy_protocol.implements`, so ``np.exp(t)`` runs it.
+
+Where Python/NumPy semantics differ from the ONNX operator's, the lowering composes operators
+to get NumPy's answer: ``//`` floors (ONNX ``Div`` truncates integers), ``%`` takes the
+divisor's sign, ``-`` on unsigned integers wraps, bool arithmetic is logic.
 """
 
 from __future__ import annotations
 
+import builtins
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .. import dtypes
+from ..errors import OpArgumentError, OpTypeError
 from ..ops.dispatch import call
 from ..tensor import Tensor
 from .numpy_protocol import implements
-from .operands import ufunc_operands
+from .operands import as_tensor, cast, constant, same_dtype_operands, ufunc_operands
 
-__all__ = ["add", "exp"]
+__all__ = [
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "true_divide",
+    "floor_divide",
+    "remainder",
+    "mod",
+    "power",
+    "pow",
+    "negative",
+    "positive",
+    "absolute",
+    "abs",
+    "sign",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "square",
+    "reciprocal",
+    "floor",
+    "ceil",
+    "trunc",
+    "rint",
+    "round",
+    "around",
+    "sin",
+    "cos",
+    "tan",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
+    "asin",
+    "acos",
+    "atan",
+    "asinh",
+    "acosh",
+    "atanh",
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "invert",
+    "bitwise_not",
+    "bitwise_invert",
+    "maximum",
+    "minimum",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "where",
+    "clip",
+    "astype",
+]
+
+_BOOL = dtypes.bool_
+
+
+def _resolve(
+    ufunc: np.ufunc, *operands: Any, name: str | None = None
+) -> tuple[list[Tensor], np.dtype]:
+    """:func:`kiln.functions.operands.ufunc_operands`, with Python bools passed as NumPy bools
+    (NEP 50 treats ``True`` like ``np.True_``, and ``ufunc.resolve_dtypes`` rejects the type
+    ``bool``)."""
+    fixed = [np.bool_(x) if isinstance(x, bool) else x for x in operands]
+    return ufunc_operands(ufunc, *fixed, name=name)
+
+
+def _is_half(dtype: np.dtype) -> bool:
+    return dtype in (dtypes.float16, dtypes.bfloat16)
+
+
+def _widen(*tensors: Tensor) -> tuple[list[Tensor], np.dtype]:
+    """Half-precision operands cast to float32, and the dtype to cast the result back to.
+
+    NumPy computes its float16 (and ml_dtypes its bfloat16) loops of composite functions in
+    float32 and rounds once; the lowerings below do the same.
+    """
+    dtype = tensors[0].dtype
+    if _is_half(dtype):
+        return [cast(t, dtypes.float32) for t in tensors], dtype
+    return list(tensors), dtype
+
+
+def _scalar(value: float, like: Tensor) -> Tensor:
+    """A 0-d constant of ``like``'s dtype."""
+    return constant(value, like.dtype)
+
+
+# -- arithmetic ----------------------------------------------------------------------------
 
 
 @implements(np.add)
@@ -29,12 +148,852 @@ def add(x: Any, y: Any) -> Tensor:
         >>> kiln.add(kiln.tensor([1.0, 2.0], dtype="float32"), 1).tolist()
         [2.0, 3.0]
     """
-    (a, b), out = ufunc_operands(np.add, x, y)
-    return call("Or" if out == np.bool_ else "Add", a, b)
+    (a, b), out = _resolve(np.add, x, y)
+    return call("Or" if out == _BOOL else "Add", a, b)
 
 
-@implements(np.exp)
-def exp(x: Any) -> Tensor:
-    """e to the power of each element (integers compute in float64, as NumPy)."""
-    (a,), _ = ufunc_operands(np.exp, x)
-    return call("Exp", a)
+@implements(np.subtract)
+def subtract(x: Any, y: Any) -> Tensor:
+    """``x - y`` elementwise; bools raise ``TypeError`` as in NumPy.
+
+    Example:
+        >>> import kiln
+        >>> kiln.subtract(5, kiln.tensor([1, 2], dtype="int8")).tolist()
+        [4, 3]
+    """
+    (a, b), _ = _resolve(np.subtract, x, y)
+    return call("Sub", a, b)
+
+
+@implements(np.multiply)
+def multiply(x: Any, y: Any) -> Tensor:
+    """``x * y`` elementwise (bool: logical and).
+
+    Example:
+        >>> import kiln
+        >>> kiln.multiply(kiln.tensor([1.5, 2.0], dtype="float32"), 2.0).tolist()
+        [3.0, 4.0]
+    """
+    (a, b), out = _resolve(np.multiply, x, y)
+    return call("And" if out == _BOOL else "Mul", a, b)
+
+
+@implements(np.divide)
+def divide(x: Any, y: Any) -> Tensor:
+    """True division ``x / y``: integers divide in float64, as NumPy.
+
+    Example:
+        >>> import kiln
+        >>> kiln.divide(kiln.tensor([1, 3]), 2).tolist()
+        [0.5, 1.5]
+    """
+    (a, b), _ = _resolve(np.divide, x, y)
+    return call("Div", a, b)
+
+
+true_divide = divide
+
+
+def _float_divmod(a: Tensor, b: Tensor, want: str) -> Tensor:
+    """NumPy's float floor division (``want="quotient"``) or remainder (``npy_divmod``) from
+    ONNX operators.
+
+    ``r = fmod(a, b)`` takes the dividend's sign; where it is non-zero and its sign differs
+    from the divisor's, Python's remainder is ``r + b`` and the quotient one less. The
+    quotient ``(a - r) / b`` is an integer up to rounding, so it is snapped with Round.
+    """
+    (a, b), back = _widen(a, b)
+    zero = _scalar(0, a)
+    r = call("Mod", a, b, fmod=1)
+    signs_differ = call("Xor", call("Less", r, zero), call("Less", b, zero))
+    fix = call("And", call("Not", call("Equal", r, zero)), signs_differ)
+    if want == "remainder":
+        return cast(call("Where", fix, call("Add", r, b), r), back)
+    quotient = call("Div", call("Sub", a, r), b)
+    quotient = call("Round", call("Where", fix, call("Sub", quotient, _scalar(1, a)), quotient))
+    # Division by zero: NumPy returns a / b (inf or nan) as the quotient.
+    quotient = call("Where", call("Equal", b, zero), call("Div", a, b), quotient)
+    return cast(quotient, back)
+
+
+@implements(np.floor_divide)
+def floor_divide(x: Any, y: Any) -> Tensor:
+    """``x // y``: the floor of the quotient, for negative operands too (Python semantics).
+
+    Integers stay exact (no float round trip); ``x // 0`` is 0 for integers, as NumPy.
+
+    Example:
+        >>> import kiln
+        >>> kiln.floor_divide(kiln.tensor([7, -7]), 2).tolist()
+        [3, -4]
+        >>> kiln.floor_divide(kiln.tensor([1.0]), 0.1).tolist()
+        [9.0]
+    """
+    (a, b), out = _resolve(np.floor_divide, x, y)
+    if dtypes.is_floating(out):
+        return _float_divmod(a, b, "quotient")
+    if not dtypes.is_signed_integer(out):
+        return call("Div", a, b)  # unsigned: truncation is floor
+    # Truncating Div is one too high exactly where the C remainder (fmod=1) differs from the
+    # Python one (fmod=0), i.e. where it is non-zero and the signs differ.
+    q = call("Div", a, b)
+    same = call("Equal", call("Mod", a, b, fmod=1), call("Mod", a, b, fmod=0))
+    return call("Where", same, q, call("Sub", q, _scalar(1, q)))
+
+
+@implements(np.remainder)
+def remainder(x: Any, y: Any) -> Tensor:
+    """``x % y`` with the sign of the divisor (Python / ``np.remainder`` semantics).
+
+    Example:
+        >>> import kiln
+        >>> kiln.remainder(kiln.tensor([7, -7]), 3).tolist()
+        [1, 2]
+        >>> kiln.remainder(kiln.tensor([-1.5]), 1.0).tolist()
+        [0.5]
+    """
+    (a, b), out = _resolve(np.remainder, x, y)
+    if dtypes.is_floating(out):
+        return _float_divmod(a, b, "remainder")
+    return call("Mod", a, b, fmod=0)
+
+
+mod = remainder
+
+# ONNX Pow takes these base dtypes; narrower integers compute in a wider one and wrap back,
+# which is exact because integer multiplication wraps the same in every width.
+_POW_WIDE = {
+    dtypes.int8: dtypes.int32,
+    dtypes.int16: dtypes.int32,
+    dtypes.uint8: dtypes.int32,
+    dtypes.uint16: dtypes.int32,
+    dtypes.uint32: dtypes.int64,
+    dtypes.uint64: dtypes.int64,
+}
+
+
+@implements(np.power)
+def power(x: Any, y: Any) -> Tensor:
+    """``x ** y``. An integer base to a known negative integer exponent raises ``ValueError``
+    as NumPy does.
+
+    Example:
+        >>> import kiln
+        >>> kiln.power(kiln.tensor([2.0, 3.0], dtype="float32"), 2).tolist()
+        [4.0, 9.0]
+    """
+    (a, b), out = _resolve(np.power, x, y)
+    if dtypes.is_integer(out):
+        known = b.type.value
+        if known is not None and any(isinstance(v, int) and v < 0 for v in known):
+            raise OpArgumentError(
+                "power: integers to negative integer powers are not allowed "
+                f"(exponent {list(known)}); use a float base, e.g. x.astype(float) ** y"
+            )
+        wide = _POW_WIDE.get(out)
+        if wide is not None:
+            return cast(call("Pow", cast(a, wide), b), out)
+    return call("Pow", a, b)
+
+
+pow = power  # noqa: A001 - NumPy 2's name
+
+
+@implements(np.negative)
+def negative(x: Any) -> Tensor:
+    """``-x``; unsigned integers wrap around as NumPy (``-uint8(1) == 255``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.negative(kiln.tensor([1, 2], dtype="uint8")).tolist()
+        [255, 254]
+    """
+    (a,), out = _resolve(np.negative, x)
+    if out in dtypes.UNSIGNED_DTYPES:
+        return call("Sub", _scalar(0, a), a)
+    return call("Neg", a)
+
+
+@implements(np.positive)
+def positive(x: Any) -> Tensor:
+    """``+x``: the same values (tensors are immutable, so no copy is made).
+
+    Example:
+        >>> import kiln
+        >>> kiln.positive(kiln.tensor([-1.0])).tolist()
+        [-1.0]
+    """
+    (a,), _ = _resolve(np.positive, x)
+    return a
+
+
+@implements(np.absolute)
+def absolute(x: Any) -> Tensor:
+    """``|x|``; unsigned integers and bools are returned unchanged.
+
+    Example:
+        >>> import kiln
+        >>> kiln.absolute(kiln.tensor([-1.5, 2.0])).tolist()
+        [1.5, 2.0]
+    """
+    (a,), out = _resolve(np.absolute, x)
+    if out == _BOOL or out in dtypes.UNSIGNED_DTYPES:
+        return a
+    return call("Abs", a)
+
+
+abs = absolute  # noqa: A001 - NumPy's name
+
+
+@implements(np.sign)
+def sign(x: Any) -> Tensor:
+    """-1, 0 or 1 by the sign of each element (NaN stays NaN).
+
+    Example:
+        >>> import kiln
+        >>> kiln.sign(kiln.tensor([-2, 0, 3])).tolist()
+        [-1, 0, 1]
+    """
+    (a,), _ = _resolve(np.sign, x)
+    return call("Sign", a)
+
+
+@implements(np.square)
+def square(x: Any) -> Tensor:
+    """``x * x``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.square(kiln.tensor([3, -2], dtype="int8")).tolist()
+        [9, 4]
+    """
+    (a,), _ = _resolve(np.square, x)
+    return call("Mul", a, a)
+
+
+@implements(np.reciprocal)
+def reciprocal(x: Any) -> Tensor:
+    """``1 / x`` in ``x``'s dtype (integers: truncated, so 0 for ``|x| > 1``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.reciprocal(kiln.tensor([2.0, 4.0])).tolist()
+        [0.5, 0.25]
+    """
+    (a,), out = _resolve(np.reciprocal, x)
+    if dtypes.is_floating(out):
+        return call("Reciprocal", a)
+    return call("Div", _scalar(1, a), a)
+
+
+# -- exponentials and logarithms -----------------------------------------------------------
+
+
+def _float_unary(
+    name: str, ufunc: np.ufunc, op: str, summary: str, example: str, result: str
+) -> Callable[[Any], Tensor]:
+    """A front door for a ufunc that maps 1:1 onto a float operator (integers compute in the
+    float dtype NumPy picks: float16 for int8/uint8/bool, float64 for wider ones)."""
+
+    def fn(x: Any) -> Tensor:
+        (a,), _ = _resolve(ufunc, x)
+        return call(op, a)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (
+        f"{summary}\n\n    Example:\n        >>> import kiln\n"
+        f"        >>> kiln.{name}(kiln.tensor({example})).tolist()\n        {result}\n"
+    )
+    return implements(ufunc)(fn)
+
+
+exp = _float_unary("exp", np.exp, "Exp", "e to the power of each element.", "[0.0]", "[1.0]")
+log = _float_unary("log", np.log, "Log", "The natural logarithm.", "[1.0]", "[0.0]")
+sqrt = _float_unary("sqrt", np.sqrt, "Sqrt", "The non-negative square root.", "[4.0]", "[2.0]")
+sin = _float_unary("sin", np.sin, "Sin", "The sine (radians).", "[0.0]", "[0.0]")
+cos = _float_unary("cos", np.cos, "Cos", "The cosine (radians).", "[0.0]", "[1.0]")
+tan = _float_unary("tan", np.tan, "Tan", "The tangent (radians).", "[0.0]", "[0.0]")
+arcsin = _float_unary("arcsin", np.arcsin, "Asin", "The inverse sine.", "[0.0]", "[0.0]")
+arccos = _float_unary("arccos", np.arccos, "Acos", "The inverse cosine.", "[1.0]", "[0.0]")
+arctan = _float_unary("arctan", np.arctan, "Atan", "The inverse tangent.", "[0.0]", "[0.0]")
+sinh = _float_unary("sinh", np.sinh, "Sinh", "The hyperbolic sine.", "[0.0]", "[0.0]")
+cosh = _float_unary("cosh", np.cosh, "Cosh", "The hyperbolic cosine.", "[0.0]", "[1.0]")
+tanh = _float_unary("tanh", np.tanh, "Tanh", "The hyperbolic tangent.", "[0.0]", "[0.0]")
+arcsinh = _float_unary(
+    "arcsinh", np.arcsinh, "Asinh", "The inverse hyperbolic sine.", "[0.0]", "[0.0]"
+)
+arccosh = _float_unary(
+    "arccosh", np.arccosh, "Acosh", "The inverse hyperbolic cosine.", "[1.0]", "[0.0]"
+)
+arctanh = _float_unary(
+    "arctanh", np.arctanh, "Atanh", "The inverse hyperbolic tangent.", "[0.0]", "[0.0]"
+)
+# NumPy 2's array-API spellings of the same ufuncs.
+asin, acos, atan = arcsin, arccos, arctan
+asinh, acosh, atanh = arcsinh, arccosh, arctanh
+
+
+@implements(np.exp2)
+def exp2(x: Any) -> Tensor:
+    """``2 ** x``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.exp2(kiln.tensor([3.0])).tolist()
+        [8.0]
+    """
+    (a,), _ = _resolve(np.exp2, x)
+    return call("Pow", _scalar(2, a), a)
+
+
+@implements(np.expm1)
+def expm1(x: Any) -> Tensor:
+    """``exp(x) - 1``, accurate near 0.
+
+    Lowered as ``tanh(x / 2) * (exp(x) + 1)``, which equals ``exp(x) - 1`` and has no
+    cancellation for small ``x``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.expm1(kiln.tensor([1e-10])).tolist()  # doctest: +ELLIPSIS
+        [1.00000000005e-10]
+    """
+    (a,), _ = _resolve(np.expm1, x)
+    (a,), back = _widen(a)
+    half = call("Tanh", call("Mul", a, _scalar(0.5, a)))
+    return cast(call("Mul", half, call("Add", call("Exp", a), _scalar(1, a))), back)
+
+
+@implements(np.log1p)
+def log1p(x: Any) -> Tensor:
+    """``log(1 + x)``, accurate near 0.
+
+    Lowered with Goldberg's correction: for ``u = 1 + x`` (rounded),
+    ``log1p(x) = log(u) * x / (u - 1)``, exact to rounding; ``x`` itself where ``u == 1``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.log1p(kiln.tensor([1e-20])).tolist()
+        [1e-20]
+    """
+    (a,), _ = _resolve(np.log1p, x)
+    (a,), back = _widen(a)
+    one = _scalar(1, a)
+    u = call("Add", one, a)
+    log_u = call("Log", u)
+    corrected = call("Mul", log_u, call("Div", a, call("Sub", u, one)))
+    # u == inf: the correction is inf / inf; log(u) is the answer.
+    result = call("Where", call("IsInf", u), log_u, corrected)
+    return cast(call("Where", call("Equal", u, one), a, result), back)
+
+
+def _log_base(name: str, ufunc: np.ufunc, x: Any, base: float) -> Tensor:
+    (a,), _ = _resolve(ufunc, x, name=name)
+    (a,), back = _widen(a)
+    return cast(call("Div", call("Log", a), _scalar(math.log(base), a)), back)
+
+
+@implements(np.log2)
+def log2(x: Any) -> Tensor:
+    """The base-2 logarithm.
+
+    Example:
+        >>> import kiln
+        >>> kiln.log2(kiln.tensor([8.0])).tolist()
+        [3.0]
+    """
+    return _log_base("log2", np.log2, x, 2.0)
+
+
+@implements(np.log10)
+def log10(x: Any) -> Tensor:
+    """The base-10 logarithm.
+
+    Example:
+        >>> import kiln
+        >>> kiln.log10(kiln.tensor([100.0])).tolist()
+        [2.0]
+    """
+    return _log_base("log10", np.log10, x, 10.0)
+
+
+# -- rounding ------------------------------------------------------------------------------
+
+
+def _integral(name: str, ufunc: np.ufunc, op: str, x: Any) -> Tensor:
+    (a,), out = _resolve(ufunc, x, name=name)
+    if not dtypes.is_floating(out):
+        return a  # integers and bools are already integral (NumPy 2 keeps their dtype)
+    return call(op, a)
+
+
+@implements(np.floor)
+def floor(x: Any) -> Tensor:
+    """The largest integer <= each element (integers unchanged, dtype kept).
+
+    Example:
+        >>> import kiln
+        >>> kiln.floor(kiln.tensor([-1.5, 1.5])).tolist()
+        [-2.0, 1.0]
+    """
+    return _integral("floor", np.floor, "Floor", x)
+
+
+@implements(np.ceil)
+def ceil(x: Any) -> Tensor:
+    """The smallest integer >= each element (integers unchanged, dtype kept).
+
+    Example:
+        >>> import kiln
+        >>> kiln.ceil(kiln.tensor([-1.5, 1.5])).tolist()
+        [-1.0, 2.0]
+    """
+    return _integral("ceil", np.ceil, "Ceil", x)
+
+
+@implements(np.trunc)
+def trunc(x: Any) -> Tensor:
+    """Each element rounded toward zero (integers unchanged, dtype kept).
+
+    Example:
+        >>> import kiln
+        >>> kiln.trunc(kiln.tensor([-1.5, 1.5])).tolist()
+        [-1.0, 1.0]
+    """
+    (a,), out = _resolve(np.trunc, x)
+    if not dtypes.is_floating(out):
+        return a
+    return call("Where", call("Less", a, _scalar(0, a)), call("Ceil", a), call("Floor", a))
+
+
+@implements(np.rint)
+def rint(x: Any) -> Tensor:
+    """Each element rounded to the nearest integer, halves to even (integers become floats,
+    as NumPy).
+
+    Example:
+        >>> import kiln
+        >>> kiln.rint(kiln.tensor([0.5, 1.5, 2.5])).tolist()
+        [0.0, 2.0, 2.0]
+    """
+    (a,), _ = _resolve(np.rint, x)
+    return call("Round", a)
+
+
+def _round_impl(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
+    if out is not None:
+        raise TypeError("round(..., out=...): kiln tensors are immutable; use the returned value")
+    decimals = int(decimals)
+    t = as_tensor(a)
+    if t.dtype == _BOOL:
+        if decimals != 0:
+            raise OpTypeError(f"round: decimals={decimals} is not supported for dtype bool")
+        return rint(t)
+    if dtypes.is_integer(t.dtype):
+        if decimals >= 0:
+            return t  # integers have no fractional digits
+        # As NumPy: scale down in float64, round, scale up, cast back.
+        wide = cast(t, dtypes.float64)
+        scale = constant(10.0 ** (-decimals), dtypes.float64)
+        return cast(call("Mul", call("Round", call("Div", wide, scale)), scale), t.dtype)
+    if decimals == 0:
+        return call("Round", t)
+    # As NumPy: multiply by 10**decimals in the tensor's dtype, round half to even, divide.
+    scale = constant(10.0 ** builtins.abs(decimals), t.dtype)
+    if decimals > 0:
+        return call("Div", call("Round", call("Mul", t, scale)), scale)
+    return call("Mul", call("Round", call("Div", t, scale)), scale)
+
+
+@implements(np.round)
+def round(a: Any, decimals: int = 0, out: Any = None) -> Tensor:  # noqa: A001 - NumPy's name
+    """Each element rounded to ``decimals`` decimal places, halves to even (as ``np.round``).
+
+    Integers are returned unchanged for ``decimals >= 0``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.round(kiln.tensor([1.25, 2.5]), 1).tolist()
+        [1.2, 2.5]
+        >>> kiln.round(kiln.tensor([15, 25]), -1).tolist()
+        [20, 20]
+    """
+    return _round_impl(a, decimals, out)
+
+
+@implements(np.around)
+def around(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
+    """:func:`round` under its older NumPy name.
+
+    Example:
+        >>> import kiln
+        >>> kiln.around(kiln.tensor([0.5, 1.5])).tolist()
+        [0.0, 2.0]
+    """
+    return _round_impl(a, decimals, out)
+
+
+# -- comparison ----------------------------------------------------------------------------
+
+
+def _compare(name: str, ufunc: np.ufunc, op: str, x: Any, y: Any) -> Tensor:
+    (a, b), _ = _resolve(ufunc, x, y, name=name)
+    if a.dtype == _BOOL and op != "Equal":
+        # ONNX orders numbers only; False < True is 0 < 1.
+        a, b = cast(a, dtypes.uint8), cast(b, dtypes.uint8)
+    return call(op, a, b)
+
+
+@implements(np.equal)
+def equal(x: Any, y: Any) -> Tensor:
+    """``x == y`` elementwise (NaN equals nothing).
+
+    Example:
+        >>> import kiln
+        >>> kiln.equal(kiln.tensor([1, 2]), 2).tolist()
+        [False, True]
+    """
+    return _compare("equal", np.equal, "Equal", x, y)
+
+
+@implements(np.not_equal)
+def not_equal(x: Any, y: Any) -> Tensor:
+    """``x != y`` elementwise (NaN differs from everything).
+
+    Example:
+        >>> import kiln
+        >>> kiln.not_equal(kiln.tensor([1, 2]), 2).tolist()
+        [True, False]
+    """
+    return call("Not", _compare("not_equal", np.not_equal, "Equal", x, y))
+
+
+@implements(np.less)
+def less(x: Any, y: Any) -> Tensor:
+    """``x < y`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.less(kiln.tensor([1, 2]), 2).tolist()
+        [True, False]
+    """
+    return _compare("less", np.less, "Less", x, y)
+
+
+@implements(np.less_equal)
+def less_equal(x: Any, y: Any) -> Tensor:
+    """``x <= y`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.less_equal(kiln.tensor([1, 3]), 2).tolist()
+        [True, False]
+    """
+    return _compare("less_equal", np.less_equal, "LessOrEqual", x, y)
+
+
+@implements(np.greater)
+def greater(x: Any, y: Any) -> Tensor:
+    """``x > y`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.greater(kiln.tensor([1, 3]), 2).tolist()
+        [False, True]
+    """
+    return _compare("greater", np.greater, "Greater", x, y)
+
+
+@implements(np.greater_equal)
+def greater_equal(x: Any, y: Any) -> Tensor:
+    """``x >= y`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.greater_equal(kiln.tensor([1, 2]), 2).tolist()
+        [False, True]
+    """
+    return _compare("greater_equal", np.greater_equal, "GreaterOrEqual", x, y)
+
+
+# -- logic and bits ------------------------------------------------------------------------
+
+
+def _truth(name: str, ufunc: np.ufunc, *operands: Any) -> list[Tensor]:
+    """The operands as bools (non-zero is true, NaN too), after checking NumPy accepts them."""
+    tensors, _ = _resolve(ufunc, *operands, name=name)
+    return [cast(t, _BOOL) for t in tensors]
+
+
+@implements(np.logical_and)
+def logical_and(x: Any, y: Any) -> Tensor:
+    """The truth value of ``x and y`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.logical_and(kiln.tensor([0, 1, 2]), 1).tolist()
+        [False, True, True]
+    """
+    return call("And", *_truth("logical_and", np.logical_and, x, y))
+
+
+@implements(np.logical_or)
+def logical_or(x: Any, y: Any) -> Tensor:
+    """The truth value of ``x or y`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.logical_or(kiln.tensor([0.0, 2.0]), 0).tolist()
+        [False, True]
+    """
+    return call("Or", *_truth("logical_or", np.logical_or, x, y))
+
+
+@implements(np.logical_xor)
+def logical_xor(x: Any, y: Any) -> Tensor:
+    """The truth value of ``bool(x) != bool(y)`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.logical_xor(kiln.tensor([True, False]), True).tolist()
+        [False, True]
+    """
+    return call("Xor", *_truth("logical_xor", np.logical_xor, x, y))
+
+
+@implements(np.logical_not)
+def logical_not(x: Any) -> Tensor:
+    """The truth value of ``not x`` elementwise.
+
+    Example:
+        >>> import kiln
+        >>> kiln.logical_not(kiln.tensor([0, 3])).tolist()
+        [True, False]
+    """
+    return call("Not", *_truth("logical_not", np.logical_not, x))
+
+
+def _bitwise(name: str, ufunc: np.ufunc, logic_op: str, int_op: str, x: Any, y: Any) -> Tensor:
+    (a, b), out = _resolve(ufunc, x, y, name=name)
+    return call(logic_op if out == _BOOL else int_op, a, b)
+
+
+@implements(np.bitwise_and)
+def bitwise_and(x: Any, y: Any) -> Tensor:
+    """``x & y`` for integers and bools.
+
+    Example:
+        >>> import kiln
+        >>> kiln.bitwise_and(kiln.tensor([12]), 10).tolist()
+        [8]
+    """
+    return _bitwise("bitwise_and", np.bitwise_and, "And", "BitwiseAnd", x, y)
+
+
+@implements(np.bitwise_or)
+def bitwise_or(x: Any, y: Any) -> Tensor:
+    """``x | y`` for integers and bools.
+
+    Example:
+        >>> import kiln
+        >>> kiln.bitwise_or(kiln.tensor([12]), 10).tolist()
+        [14]
+    """
+    return _bitwise("bitwise_or", np.bitwise_or, "Or", "BitwiseOr", x, y)
+
+
+@implements(np.bitwise_xor)
+def bitwise_xor(x: Any, y: Any) -> Tensor:
+    """``x ^ y`` for integers and bools.
+
+    Example:
+        >>> import kiln
+        >>> kiln.bitwise_xor(kiln.tensor([12]), 10).tolist()
+        [6]
+    """
+    return _bitwise("bitwise_xor", np.bitwise_xor, "Xor", "BitwiseXor", x, y)
+
+
+@implements(np.invert)
+def invert(x: Any) -> Tensor:
+    """``~x``: every bit flipped for integers, logical not for bools.
+
+    Example:
+        >>> import kiln
+        >>> kiln.invert(kiln.tensor([0, 5], dtype="int8")).tolist()
+        [-1, -6]
+    """
+    (a,), out = _resolve(np.invert, x)
+    return call("Not" if out == _BOOL else "BitwiseNot", a)
+
+
+bitwise_not = invert
+bitwise_invert = invert
+
+
+# -- maximum, minimum, predicates ----------------------------------------------------------
+
+
+@implements(np.maximum)
+def maximum(x: Any, y: Any) -> Tensor:
+    """The elementwise maximum; NaN wins, as in NumPy.
+
+    Example:
+        >>> import kiln
+        >>> kiln.maximum(kiln.tensor([1.0, float("nan")]), 2.0).tolist()
+        [2.0, nan]
+    """
+    (a, b), out = _resolve(np.maximum, x, y)
+    # ONNX Max propagates NaN (kiln's kernel, the ONNX reference and ONNX Runtime >= 1.19).
+    return call("Or" if out == _BOOL else "Max", a, b)
+
+
+@implements(np.minimum)
+def minimum(x: Any, y: Any) -> Tensor:
+    """The elementwise minimum; NaN wins, as in NumPy.
+
+    Example:
+        >>> import kiln
+        >>> kiln.minimum(kiln.tensor([1.0, 3.0]), 2.0).tolist()
+        [1.0, 2.0]
+    """
+    (a, b), out = _resolve(np.minimum, x, y)
+    return call("And" if out == _BOOL else "Min", a, b)
+
+
+def _never(a: Tensor) -> Tensor:
+    """All-false bools of ``a``'s shape, computed from ``a`` so symbolic shapes carry over
+    (an integer always equals itself)."""
+    return call("Not", call("Equal", a, a))
+
+
+@implements(np.isnan)
+def isnan(x: Any) -> Tensor:
+    """True where an element is NaN (never for integers and bools).
+
+    Example:
+        >>> import kiln
+        >>> kiln.isnan(kiln.tensor([1.0, float("nan")])).tolist()
+        [False, True]
+    """
+    (a,), _ = _resolve(np.isnan, x)
+    return call("IsNaN", a) if dtypes.is_floating(a.dtype) else _never(a)
+
+
+@implements(np.isinf)
+def isinf(x: Any) -> Tensor:
+    """True where an element is +inf or -inf (never for integers and bools).
+
+    Example:
+        >>> import kiln
+        >>> kiln.isinf(kiln.tensor([1.0, -float("inf")])).tolist()
+        [False, True]
+    """
+    (a,), _ = _resolve(np.isinf, x)
+    return call("IsInf", a) if dtypes.is_floating(a.dtype) else _never(a)
+
+
+@implements(np.isfinite)
+def isfinite(x: Any) -> Tensor:
+    """True where an element is neither NaN nor infinite (always for integers and bools).
+
+    Example:
+        >>> import kiln
+        >>> kiln.isfinite(kiln.tensor([1.0, float("inf")])).tolist()
+        [True, False]
+    """
+    (a,), _ = _resolve(np.isfinite, x)
+    if not dtypes.is_floating(a.dtype):
+        return call("Equal", a, a)
+    return call("Not", call("Or", call("IsNaN", a), call("IsInf", a)))
+
+
+# -- where, clip, astype -------------------------------------------------------------------
+
+
+@implements(np.where)
+def where(condition: Any, x: Any = None, y: Any = None) -> Tensor:
+    """``x`` where ``condition`` is true, else ``y``; all three broadcast together, ``x`` and
+    ``y`` promote to their NumPy result type.
+
+    ``where(condition)`` with one argument is :func:`kiln.nonzero` (its output shape depends
+    on the data); call that instead.
+
+    Example:
+        >>> import kiln
+        >>> kiln.where(kiln.tensor([True, False]), 1.0, kiln.tensor([5, 6])).tolist()
+        [1.0, 6.0]
+    """
+    if x is None and y is None:
+        raise OpArgumentError(
+            "where(condition) with one argument returns the indices of non-zero elements; "
+            "use kiln.nonzero(condition) for that, or pass both x and y"
+        )
+    if x is None or y is None:
+        raise OpArgumentError("where: either both or neither of x and y should be given")
+    cond = as_tensor(condition)
+    if cond.dtype != _BOOL:
+        cond = cast(cond, _BOOL)  # truthiness, as NumPy
+    a, b = same_dtype_operands(x, y, name="where")
+    return call("Where", cond, a, b)
+
+
+_CLIP_UFUNC = np._core.umath.clip  # the ufunc np.clip resolves its dtypes with
+
+
+@implements(np.clip)
+def clip(
+    a: Any,
+    a_min: Any = None,
+    a_max: Any = None,
+    out: Any = None,
+    *,
+    min: Any = None,  # noqa: A002 - NumPy's names
+    max: Any = None,  # noqa: A002
+) -> Tensor:
+    """Each element limited to ``[a_min, a_max]`` (either may be ``None``), as ``np.clip``:
+    NaN propagates, and ``a_min > a_max`` gives ``a_max``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.clip(kiln.tensor([-2.0, 0.5, 3.0]), 0.0, 1.0).tolist()
+        [0.0, 0.5, 1.0]
+    """
+    if out is not None:
+        raise TypeError("clip(..., out=...): kiln tensors are immutable; use the returned value")
+    if min is not None:
+        if a_min is not None:
+            raise TypeError("clip: pass the lower bound as a_min or min, not both")
+        a_min = min
+    if max is not None:
+        if a_max is not None:
+            raise TypeError("clip: pass the upper bound as a_max or max, not both")
+        a_max = max
+    if a_min is None and a_max is None:
+        return as_tensor(a)
+    if a_max is None:
+        return maximum(a, a_min)
+    if a_min is None:
+        return minimum(a, a_max)
+    (t, lo, hi), dtype = _resolve(_CLIP_UFUNC, a, a_min, a_max, name="clip")
+    if dtype == _BOOL:
+        return call("And", call("Or", t, lo), hi)
+    if lo.ndim == 0 and hi.ndim == 0:
+        return call("Clip", t, lo, hi)
+    # Bounds that broadcast: Clip wants scalars, so Max then Min (also NaN-propagating).
+    return call("Min", call("Max", t, lo), hi)
+
+
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
+    """``x`` converted to ``dtype`` (``x`` itself when it already has it).
+
+    Example:
+        >>> import kiln
+        >>> kiln.astype(kiln.tensor([1.7, -1.7]), "int32").tolist()
+        [1, -1]
+    """
+    return cast(as_tensor(x), dtypes.as_dtype(dtype))
+
+
+if hasattr(np, "astype"):  # NumPy >= 2.1
+    implements(np.astype)(astype)

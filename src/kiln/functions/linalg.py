@@ -1,5 +1,320 @@
-"""Front-door functions of the linalg family."""
+"""Linear-algebra front doors: ``kiln.matmul``, ``dot``, ``vdot``, ``inner``, ``outer``,
+``tensordot``, ``einsum`` and ``kiln.norm`` (NumPy's ``np.linalg.norm``).
+
+``matmul`` is NumPy's ufunc, so its dtypes follow the ufunc's own resolution (Python scalars weak).
+The other functions convert every operand to an array first, as NumPy does, and compute in the
+operands' ``result_type``. They lower onto ``MatMul`` where NumPy's semantics are matmul's, and
+onto ``Einsum`` (with a generated equation) where they contract other axes; ``MatMul`` takes
+neither bool nor 8/16-bit integers, so those are widened losslessly and cast back (a bool
+product is the logical or of ands: a nonzero integer count).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import operator
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import OpArgumentError, UnsupportedOperationError
+from ..ops.dispatch import call
+from ..ops.linalg import MATMUL_DTYPES
+from ..symbolic import format_shape
+from ..tensor import Tensor
+from .numpy_protocol import implements
+from .operands import as_tensor, cast, constant, shape_tensor, ufunc_operands
+from .reduce import normalize_axis_arg
+
+__all__ = ["matmul", "dot", "vdot", "inner", "outer", "tensordot", "einsum", "norm"]
+
+_EINSUM_DTYPES = frozenset(dtypes.NUMERIC_DTYPES)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _strong_dtype(x: Any) -> np.dtype:
+    if isinstance(x, (Tensor, np.ndarray, np.generic)):
+        return x.dtype
+    return np.asarray(x).dtype
+
+
+def _promote(name: str, *operands: Any) -> list[Tensor]:
+    """The operands as tensors of their NumPy ``result_type`` (scalars count as arrays)."""
+    target = dtypes.result_type(*[_strong_dtype(x) for x in operands])
+    return [as_tensor(x, target) for x in operands]
+
+
+def _widened(x: Tensor, supported: frozenset[np.dtype]) -> Tensor:
+    if x.dtype in supported:
+        return x
+    if x.dtype == dtypes.bool_ or x.dtype in dtypes.SIGNED_DTYPES:
+        return cast(x, dtypes.int64)
+    return cast(x, dtypes.uint64)
+
+
+def _narrowed(y: Tensor, dtype: np.dtype) -> Tensor:
+    # Integer -> bool is "nonzero", which is what a product of bools summed with OR gives.
+    return cast(y, dtype)
+
+
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    dtype = a.dtype
+    y = call("MatMul", _widened(a, MATMUL_DTYPES), _widened(b, MATMUL_DTYPES))
+    return _narrowed(y, dtype)
+
+
+def _einsum(equation: str, operands: Sequence[Tensor]) -> Tensor:
+    dtype = operands[0].dtype
+    y = call("Einsum", *[_widened(x, _EINSUM_DTYPES) for x in operands], equation=equation)
+    return _narrowed(y, dtype)
+
+
+def _multiply(a: Tensor, b: Tensor) -> Tensor:
+    return call("And" if a.dtype == dtypes.bool_ else "Mul", a, b)
+
+
+def _flatten(x: Tensor) -> Tensor:
+    return x if x.ndim == 1 else call("Reshape", x, shape_tensor([-1]))
+
+
+def _check_contraction(name: str, a: Tensor, b: Tensor, pairs: Sequence[tuple[int, int]]) -> None:
+    """Contracted axes must have equal sizes (einsum alone would broadcast a size of 1)."""
+    for ia, ib in pairs:
+        da, db = a.shape[ia], b.shape[ib]
+        if isinstance(da, int) and isinstance(db, int) and da != db:
+            raise OpArgumentError(
+                f"{name}: shapes {format_shape(a.shape)} and {format_shape(b.shape)} are not "
+                f"aligned: axis {ia} of the first has size {da} but axis {ib} of the second "
+                f"has size {db}"
+            )
+
+
+def _contract(
+    name: str, a: Tensor, b: Tensor, axes_a: Sequence[int], axes_b: Sequence[int]
+) -> Tensor:
+    """Sum over ``axes_a`` of ``a`` paired with ``axes_b`` of ``b``; the result has the free axes
+    of ``a`` then those of ``b``, in order (``np.tensordot``'s layout)."""
+    _check_contraction(name, a, b, list(zip(axes_a, axes_b)))
+    letters = iter(string.ascii_letters)
+    la = [next(letters) for _ in range(a.ndim)]
+    lb = [next(letters) for _ in range(b.ndim)]
+    for ia, ib in zip(axes_a, axes_b):
+        lb[ib] = la[ia]
+    out = [la[i] for i in range(a.ndim) if i not in axes_a]
+    out += [lb[i] for i in range(b.ndim) if i not in axes_b]
+    return _einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", [a, b])
+
+
+# -- matmul and friends --------------------------------------------------------------------
+
+
+@implements(np.matmul)
+def matmul(x1: Any, x2: Any, /, out: Any = None, *, dtype: Any = None) -> Tensor:
+    """The matrix product ``x1 @ x2`` with NumPy's ``np.matmul`` semantics: batch axes
+    broadcast, a 1-D operand is promoted to a matrix and the added axis removed again.
+
+    Example:
+        >>> import kiln
+        >>> a = kiln.tensor([[1.0, 2.0], [3.0, 4.0]], dtype="float32")
+        >>> kiln.matmul(a, kiln.tensor([1.0, 1.0], dtype="float32")).tolist()
+        [3.0, 7.0]
+    """
+    if out is not None:
+        raise TypeError("matmul(..., out=...): kiln tensors are immutable; use the returned value")
+    (a, b), result = ufunc_operands(np.matmul, x1, x2)
+    if dtype is not None:
+        result = dtypes.as_dtype(dtype)
+        a, b = cast(a, result), cast(b, result)
+    return _matmul(a, b)
+
+
+@implements(np.dot)
+def dot(a: Any, b: Any, out: Any = None) -> Tensor:
+    """NumPy's ``np.dot``: the product of a scalar, the inner product of vectors, the matrix
+    product of matrices, and for N-D operands the sum over the last axis of ``a`` and the
+    second-to-last of ``b``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.dot(kiln.tensor([1, 2, 3]), kiln.tensor([4, 5, 6])).item()
+        32
+    """
+    if out is not None:
+        raise TypeError("dot(..., out=...): kiln tensors are immutable; use the returned value")
+    x, y = _promote("dot", a, b)
+    if x.ndim == 0 or y.ndim == 0:
+        return _multiply(x, y)
+    if y.ndim <= 2 or x.ndim == 1:
+        # Here np.dot and np.matmul agree (a 2-D b, a 1-D operand).
+        _check_contraction("dot", x, y, [(-1, -2 if y.ndim >= 2 else 0)])
+        return _matmul(x, y)
+    return _contract("dot", x, y, [x.ndim - 1], [y.ndim - 2])
+
+
+@implements(np.vdot)
+def vdot(a: Any, b: Any, /) -> Tensor:
+    """The dot product of the flattened operands (NumPy's ``np.vdot`` on real numbers).
+
+    Example:
+        >>> import kiln
+        >>> kiln.vdot(kiln.tensor([[1, 2], [3, 4]]), kiln.tensor([[1, 0], [0, 1]])).item()
+        5
+    """
+    x, y = _promote("vdot", a, b)
+    fx, fy = _flatten(x), _flatten(y)
+    _check_contraction("vdot", fx, fy, [(0, 0)])
+    return _matmul(fx, fy)
+
+
+@implements(np.inner)
+def inner(a: Any, b: Any, /) -> Tensor:
+    """The sum over the last axes of ``a`` and ``b`` (NumPy's ``np.inner``); the result has
+    shape ``a.shape[:-1] + b.shape[:-1]``; a scalar operand multiplies.
+
+    Example:
+        >>> import kiln
+        >>> kiln.inner(kiln.tensor([[1, 2], [3, 4]]), kiln.tensor([1, 1])).tolist()
+        [3, 7]
+    """
+    x, y = _promote("inner", a, b)
+    if x.ndim == 0 or y.ndim == 0:
+        return _multiply(x, y)
+    return _contract("inner", x, y, [x.ndim - 1], [y.ndim - 1])
+
+
+@implements(np.outer)
+def outer(a: Any, b: Any, out: Any = None) -> Tensor:
+    """The outer product of the flattened operands: ``result[i, j] = a[i] * b[j]``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.outer(kiln.tensor([1, 2]), kiln.tensor([1, 10])).tolist()
+        [[1, 10], [2, 20]]
+    """
+    if out is not None:
+        raise TypeError("outer(..., out=...): kiln tensors are immutable; use the returned value")
+    x, y = _promote("outer", a, b)
+    return _einsum("i,j->ij", [_flatten(x), _flatten(y)])
+
+
+def _axis_list(name: str, axes: Any, ndim: int) -> list[int]:
+    items = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+    result = []
+    for item in items:
+        ax = operator.index(item)
+        if not -ndim <= ax < ndim:
+            raise OpArgumentError(
+                f"{name}: axis {ax} is out of bounds for an array of dimension {ndim}"
+            )
+        result.append(ax % ndim)
+    if len(set(result)) != len(result):
+        raise OpArgumentError(f"{name}: repeated axis in {axes}")
+    return result
+
+
+@implements(np.tensordot)
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
+    """NumPy's ``np.tensordot``: sum over the last ``axes`` axes of ``a`` and the first ``axes``
+    of ``b``, or over the axis lists ``axes = (axes_a, axes_b)``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.tensordot(kiln.tensor([[1, 2], [3, 4]]), kiln.tensor([[1, 0], [0, 1]])).item()
+        5
+    """
+    x, y = _promote("tensordot", a, b)
+    if isinstance(axes, (list, tuple)):
+        if len(axes) != 2:
+            raise OpArgumentError(
+                f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}"
+            )
+        axes_a = _axis_list("tensordot", axes[0], x.ndim)
+        axes_b = _axis_list("tensordot", axes[1], y.ndim)
+        if len(axes_a) != len(axes_b):
+            raise OpArgumentError(
+                f"tensordot: axes {axes!r} pair {len(axes_a)} axes of a with {len(axes_b)} of b"
+            )
+    else:
+        n = operator.index(axes)
+        if n < 0 or n > x.ndim or n > y.ndim:
+            raise OpArgumentError(
+                f"tensordot: axes={n} does not fit operands of ranks {x.ndim} and {y.ndim}"
+            )
+        axes_a = list(range(x.ndim - n, x.ndim))
+        axes_b = list(range(n))
+    return _contract("tensordot", x, y, axes_a, axes_b)
+
+
+@implements(np.einsum)
+def einsum(
+    subscripts: Any,
+    *operands: Any,
+    out: Any = None,
+    dtype: Any = None,
+    order: str = "K",
+    casting: str = "safe",
+    optimize: Any = False,
+) -> Tensor:
+    """Einstein summation (NumPy's ``np.einsum``, string form): ``"ij,jk->ik"``, implicit output
+    (``"ij,jk"``), ellipsis (``"...ij,...jk"``). Operands are promoted to a common dtype.
+
+    Example:
+        >>> import kiln
+        >>> a = kiln.tensor([[1, 2], [3, 4]])
+        >>> kiln.einsum("ii", a).item(), kiln.einsum("ij->j", a).tolist()
+        (5, [4, 6])
+    """
+    if out is not None:
+        raise TypeError("einsum(..., out=...): kiln tensors are immutable; use the returned value")
+    if not isinstance(subscripts, str):
+        raise UnsupportedOperationError(
+            "einsum: only the string form einsum('ij,jk->ik', a, b) is supported by kiln, not "
+            "the interleaved operand/sublist form"
+        )
+    if not operands:
+        raise OpArgumentError("einsum: needs at least one operand")
+    tensors = _promote("einsum", *operands)
+    if dtype is not None:
+        tensors = [cast(t, dtypes.as_dtype(dtype)) for t in tensors]
+    return _einsum(subscripts, tensors)
+
+
+@implements(np.linalg.norm)
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
+    """NumPy's ``np.linalg.norm`` for ``ord=None`` (2-norm of vectors, Frobenius norm of
+    matrices and flattened arrays), ``ord='fro'`` on matrices and ``ord=1``/``ord=2`` on
+    vectors. Integers give float64.
+
+    Example:
+        >>> import kiln
+        >>> kiln.norm(kiln.tensor([3.0, 4.0])).item()
+        5.0
+    """
+    t = as_tensor(x)
+    if not dtypes.is_floating(t.dtype):
+        t = cast(t, dtypes.float64)
+    axes = normalize_axis_arg("norm", axis, t.ndim)
+    reduced = t.ndim if axes is None else len(axes)
+    if ord is None:
+        op = "ReduceL2"
+    elif ord == "fro" and reduced == 2:
+        op = "ReduceL2"
+    elif ord == 2 and reduced == 1:
+        op = "ReduceL2"
+    elif ord == 1 and reduced == 1:
+        op = "ReduceL1"
+    else:
+        raise UnsupportedOperationError(
+            f"norm: ord={ord!r} over {reduced} axes is not supported by kiln; supported are "
+            "ord=None, 'fro' (matrices), 1 and 2 (vectors)"
+        )
+    if axes is None:
+        result = call(op, t, keepdims=int(keepdims))
+    else:
+        axes_t = constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+        result = call(op, t, axes_t, keepdims=int(keepdims), noop_with_empty_axes=int(not axes))
+    return result

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import dtypes
+from ..errors import UnsupportedOperationError
 from ..ops.dispatch import current_handler
 from ..tensor import Tensor
 
@@ -54,6 +55,11 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
         )
     kwargs.pop("out", None)
     impl = HANDLED_UFUNCS.get((ufunc, method))
+    if impl is not None and method == "__call__" and kwargs:
+        raise UnsupportedOperationError(
+            f"{_describe_ufunc(ufunc, method)}: the keyword(s) {', '.join(sorted(kwargs))} are "
+            "not supported on kiln tensors; cast with .astype() and select with kiln.where()"
+        )
     if impl is not None:
         return impl(*inputs, **kwargs)
     return _unsupported(_describe_ufunc(ufunc, method), getattr(ufunc, method), inputs, kwargs)

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import OpTypeError
-from ..errors import CaptureError
+from ..errors import CaptureError, OpTypeError
 from ..ops.dispatch import call, current_handler
 from ..symbolic import Dim, SymDim
 from ..tensor import Tensor
@@ -87,7 +86,7 @@ def _dtype_of(x: Any) -> Any:
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
     if isinstance(x, bool):
-        return bool
+        return np.dtype(np.bool_)  # NEP 50: a Python bool acts as np.bool_
     if isinstance(x, int):
         return int
     if isinstance(x, float):

@@ -1,5 +1,647 @@
-"""Front-door functions of the reduce family."""
+"""Reduction front doors: ``kiln.sum``, ``kiln.mean``, ``kiln.max`` ... and NumPy's versions.
+
+Each function has NumPy 2's name, signature and result dtype, and lowers onto the ``Reduce*``,
+``ArgMax``/``ArgMin``, ``CumSum`` and ``TopK`` operators (:mod:`kiln.ops.reduce`), inserting a
+``Cast`` where NumPy computes in another dtype: ``sum``/``prod``/``cumsum`` of bool and small
+integers accumulate in int64 (unsigned: uint64), ``mean``/``var``/``std`` of integers in float64,
+and ``mean`` of float16 in float32. Where an operator does not take a dtype that NumPy accepts
+(``ReduceSum`` of int8, ``ArgMax`` of bool) the front door widens it losslessly and casts back.
+
+``axis`` may be ``None`` (every axis), an int, a negative int, or a tuple of them; ``()`` reduces
+nothing. The ufunc reduce methods are registered too: ``np.add.reduce(t)`` is ``sum(t, axis=0)``.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import builtins
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import OpArgumentError, OpTypeError, UnsupportedOperationError
+from ..ops.dispatch import call, dispatch
+from ..ops.reduce import ACCUMULATE_DTYPES, ORDERED_DTYPES
+from ..symbolic import Dim, SymDim, format_shape
+from ..symbolic import prod as dim_prod
+from ..tensor import Tensor
+from .numpy_protocol import implements
+from .operands import as_tensor, cast, constant, shape_tensor
+
+__all__ = [
+    "sum",
+    "prod",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "argmax",
+    "argmin",
+    "var",
+    "std",
+    "any",
+    "all",
+    "count_nonzero",
+    "cumsum",
+    "logsumexp",
+    "topk",
+]
+
+
+class _Unset:
+    """Marks an argument the caller did not pass (NumPy's ``<no value>``)."""
+
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
+_UNSET: Any = _Unset()
+_ARGMAX_DTYPES = frozenset(dtypes.NUMERIC_DTYPES)
+_TOPK_DTYPES = frozenset(dtypes.NUMERIC_DTYPES)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _reject(name: str, **options: Any) -> None:
+    """Raise for NumPy options kiln does not implement (given and not at their default)."""
+    if options.get("out") is not None:
+        raise TypeError(
+            f"{name}(..., out=...): kiln tensors are immutable; use the returned value instead"
+        )
+    for option in ("initial", "where", "mean"):
+        value = options.get(option, _UNSET)
+        if value is _UNSET or (option == "where" and value is True):
+            continue
+        raise UnsupportedOperationError(
+            f"{name}(..., {option}=...) is not supported by kiln; compute it from the plain "
+            f"reduction instead (e.g. kiln.where before reducing, or combine afterwards)"
+        )
+
+
+def normalize_axis_arg(name: str, axis: Any, ndim: int) -> tuple[int, ...] | None:
+    """NumPy's ``axis`` argument as sorted non-negative axes, or ``None`` for every axis.
+
+    A 0-d input accepts axis 0 and -1 (as NumPy does) and reduces nothing.
+
+    Example:
+        >>> normalize_axis_arg("sum", (-1, 0), 3)
+        (0, 2)
+    """
+    if axis is None:
+        return None
+    items = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    result: list[int] = []
+    for item in items:
+        try:
+            a = operator.index(item)
+        except TypeError:
+            raise TypeError(
+                f"{name}: axis must be an int or a tuple of ints, got {type(item).__name__}"
+            ) from None
+        if ndim == 0 and a in (0, -1):
+            continue
+        if not -ndim <= a < ndim:
+            raise OpArgumentError(
+                f"{name}: axis {a} is out of bounds for an array of dimension {ndim}"
+            )
+        result.append(a % ndim)
+    if len(set(result)) != len(result):
+        raise OpArgumentError(f"{name}: duplicate value in 'axis': {axis}")
+    return tuple(sorted(result))
+
+
+def _reduce(op: str, x: Tensor, axes: tuple[int, ...] | None, keepdims: bool) -> Tensor:
+    """``op`` over ``axes`` (``None``: every axis; ``()``: none, each element on its own)."""
+    if axes is None:
+        return call(op, x, keepdims=int(keepdims))
+    axes_t = constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+    return call(op, x, axes_t, keepdims=int(keepdims), noop_with_empty_axes=int(not axes))
+
+
+def _wide(dtype: np.dtype) -> np.dtype:
+    """A dtype every reduction operator takes, holding ``dtype``'s values (mod 2**bits)."""
+    if dtypes.is_floating(dtype):
+        return dtype
+    if dtype in dtypes.UNSIGNED_DTYPES:
+        return dtypes.uint64
+    return dtypes.int64
+
+
+def _in_supported(
+    x: Tensor, supported: frozenset[np.dtype], compute: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """``compute(x)``, widening ``x`` first (and narrowing the result back) when ``compute``'s
+    operator does not take ``x.dtype``.
+
+    Wrapping integer sums and products are exact this way: arithmetic modulo 2**64 reduces to
+    arithmetic modulo 2**8 etc. when cast back.
+    """
+    if x.dtype in supported:
+        return compute(x)
+    return cast(compute(cast(x, _wide(x.dtype))), x.dtype)
+
+
+def _accumulator(dtype: np.dtype) -> np.dtype:
+    """The dtype NumPy's add/multiply reductions use: bool and small ints grow to 64 bits."""
+    if dtype == dtypes.bool_ or dtype in dtypes.SIGNED_DTYPES:
+        return dtypes.int64
+    if dtype in dtypes.UNSIGNED_DTYPES:
+        return dtypes.uint64
+    return dtype
+
+
+def _float_result(dtype: np.dtype) -> np.dtype:
+    """The dtype NumPy's mean/var give: bool and integers become float64."""
+    return dtype if dtypes.is_floating(dtype) else dtypes.float64
+
+
+def _reduced_dims(x: Tensor, axes: tuple[int, ...] | None) -> tuple[list[Dim], list[Dim]]:
+    shape = x.shape
+    red = range(len(shape)) if axes is None else axes
+    reduced = [shape[i] for i in red]
+    kept = [d for i, d in enumerate(shape) if i not in red]
+    return reduced, kept
+
+
+def _check_not_empty(name: str, ufunc: str, x: Tensor, axes: tuple[int, ...] | None) -> None:
+    """Raise as NumPy does for a reduction without identity over an empty axis.
+
+    Only static sizes can be judged: a symbolic size may be 0 at run time, where the graph then
+    gives ONNX's identity (-inf/+inf, or the dtype's extreme).
+    """
+    reduced, _ = _reduced_dims(x, axes)
+    if builtins.any(d == 0 for d in reduced):
+        raise OpArgumentError(
+            f"{name}: zero-size array to reduction operation {ufunc} which has no identity "
+            f"(input shape {format_shape(x.shape)}, axis {_describe(axes, x.ndim)})"
+        )
+
+
+def _describe(axes: tuple[int, ...] | None, ndim: int) -> str:
+    return "None" if axes is None else str(axes[0] if len(axes) == 1 else axes)
+
+
+def _flatten(x: Tensor) -> Tensor:
+    return x if x.ndim == 1 else call("Reshape", x, shape_tensor([-1]))
+
+
+def _count(x: Tensor, axes: tuple[int, ...] | None) -> Dim:
+    reduced, _ = _reduced_dims(x, axes)
+    return dim_prod(reduced)
+
+
+def _size_as(size: Dim, dtype: np.dtype) -> Tensor:
+    """A 0-d tensor of ``dtype`` holding ``size`` (recorded from the shape when symbolic)."""
+    if isinstance(size, int):
+        return constant(np.asarray(size, dtype=dtype))
+    flat = cast(shape_tensor([size]), dtype)
+    return call("Reshape", flat, shape_tensor([]))
+
+
+# -- sum, prod, mean -----------------------------------------------------------------------
+
+
+@implements(np.sum)
+def sum(  # noqa: A001 - NumPy's name
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    initial: Any = _UNSET,
+    where: Any = _UNSET,
+) -> Tensor:
+    """The sum over ``axis`` (NumPy's ``np.sum``; bool and small integers sum in int64).
+
+    Example:
+        >>> import kiln
+        >>> t = kiln.tensor([[1, 2], [3, 4]], dtype="int8")
+        >>> kiln.sum(t, axis=-1).tolist(), kiln.sum(t).dtype
+        ([3, 7], dtype('int64'))
+    """
+    _reject("sum", out=out, initial=initial, where=where)
+    x = as_tensor(a)
+    target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
+    axes = normalize_axis_arg("sum", axis, x.ndim)
+    return _in_supported(
+        cast(x, target), ACCUMULATE_DTYPES, lambda t: _reduce("ReduceSum", t, axes, keepdims)
+    )
+
+
+@implements(np.prod)
+def prod(
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    initial: Any = _UNSET,
+    where: Any = _UNSET,
+) -> Tensor:
+    """The product over ``axis`` (NumPy's ``np.prod``; small integers multiply in int64).
+
+    Example:
+        >>> import kiln
+        >>> kiln.prod(kiln.tensor([[1, 2], [3, 4]]), axis=0).tolist()
+        [3, 8]
+    """
+    _reject("prod", out=out, initial=initial, where=where)
+    x = as_tensor(a)
+    target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
+    axes = normalize_axis_arg("prod", axis, x.ndim)
+    return _in_supported(
+        cast(x, target), ACCUMULATE_DTYPES, lambda t: _reduce("ReduceProd", t, axes, keepdims)
+    )
+
+
+@implements(np.mean)
+def mean(
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    *,
+    where: Any = _UNSET,
+) -> Tensor:
+    """The arithmetic mean over ``axis`` (NumPy's ``np.mean``).
+
+    Integers and bool give float64; float16 is accumulated in float32 and returned as float16,
+    as NumPy does. The mean of an empty axis is NaN.
+
+    Example:
+        >>> import kiln
+        >>> kiln.mean(kiln.tensor([[1, 2], [3, 4]]), axis=1).tolist()
+        [1.5, 3.5]
+    """
+    _reject("mean", out=out, where=where)
+    x = as_tensor(a)
+    if dtype is not None:
+        compute = result = dtypes.as_dtype(dtype)
+    else:
+        result = _float_result(x.dtype)
+        compute = dtypes.float32 if result == dtypes.float16 else result
+    axes = normalize_axis_arg("mean", axis, x.ndim)
+    reduced = _in_supported(
+        cast(x, compute), ACCUMULATE_DTYPES, lambda t: _reduce("ReduceMean", t, axes, keepdims)
+    )
+    return cast(reduced, result)
+
+
+# -- max, min ------------------------------------------------------------------------------
+
+
+def _extreme(
+    name: str, op: str, ufunc: str, a: Any, axis: Any, keepdims: bool, **options: Any
+) -> Tensor:
+    _reject(name, **options)
+    x = as_tensor(a)
+    axes = normalize_axis_arg(name, axis, x.ndim)
+    if axes != ():
+        _check_not_empty(name, ufunc, x, axes)
+    return _in_supported(x, ORDERED_DTYPES, lambda t: _reduce(op, t, axes, keepdims))
+
+
+@implements(np.max, np.amax)
+def max(  # noqa: A001 - NumPy's name
+    a: Any,
+    axis: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    initial: Any = _UNSET,
+    where: Any = _UNSET,
+) -> Tensor:
+    """The maximum over ``axis`` (NumPy's ``np.max``/``np.amax``).
+
+    Raises ``ValueError`` for an empty axis, as NumPy does.
+
+    Example:
+        >>> import kiln
+        >>> kiln.max(kiln.tensor([[1, 5], [3, 4]]), axis=0).tolist()
+        [3, 5]
+    """
+    return _extreme(
+        "max", "ReduceMax", "maximum", a, axis, keepdims, out=out, initial=initial, where=where
+    )
+
+
+@implements(np.min, np.amin)
+def min(  # noqa: A001 - NumPy's name
+    a: Any,
+    axis: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    initial: Any = _UNSET,
+    where: Any = _UNSET,
+) -> Tensor:
+    """The minimum over ``axis`` (NumPy's ``np.min``/``np.amin``).
+
+    Raises ``ValueError`` for an empty axis, as NumPy does.
+
+    Example:
+        >>> import kiln
+        >>> kiln.min(kiln.tensor([[1, 5], [3, 4]]), axis=1).tolist()
+        [1, 3]
+    """
+    return _extreme(
+        "min", "ReduceMin", "minimum", a, axis, keepdims, out=out, initial=initial, where=where
+    )
+
+
+amax = max
+amin = min
+
+
+# -- argmax, argmin ------------------------------------------------------------------------
+
+
+def _arg(name: str, op: str, a: Any, axis: Any, keepdims: bool, out: Any) -> Tensor:
+    _reject(name, out=out)
+    x = as_tensor(a)
+    if x.dtype not in _ARGMAX_DTYPES:  # bool: ArgMax wants numbers; 0/1 keeps the order
+        x = cast(x, dtypes.uint8)
+    if axis is not None:
+        ax = operator.index(axis)
+        if x.ndim == 0 and ax in (0, -1):
+            axis = None  # NumPy allows axis 0 of a 0-d array
+        elif not -x.ndim <= ax < x.ndim:
+            raise OpArgumentError(
+                f"{name}: axis {ax} is out of bounds for an array of dimension {x.ndim}"
+            )
+        else:
+            return call(op, x, axis=ax % x.ndim, keepdims=int(keepdims))
+    # axis=None: the index into the flattened array.
+    flat = call("Reshape", x, shape_tensor([-1]))
+    index = call(op, flat, axis=0, keepdims=0)
+    if keepdims:
+        index = call("Reshape", index, shape_tensor([1] * x.ndim))
+    return index
+
+
+@implements(np.argmax)
+def argmax(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Tensor:
+    """The int64 index of the maximum along ``axis`` (``None``: of the flattened array); the
+    first one among equal values.
+
+    Example:
+        >>> import kiln
+        >>> kiln.argmax(kiln.tensor([[1, 5], [7, 4]])).item()
+        2
+    """
+    return _arg("argmax", "ArgMax", a, axis, keepdims, out)
+
+
+@implements(np.argmin)
+def argmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Tensor:
+    """The int64 index of the minimum along ``axis`` (``None``: of the flattened array); the
+    first one among equal values.
+
+    Example:
+        >>> import kiln
+        >>> kiln.argmin(kiln.tensor([[1, 5], [7, 0]]), axis=1).tolist()
+        [0, 1]
+    """
+    return _arg("argmin", "ArgMin", a, axis, keepdims, out)
+
+
+# -- var, std ------------------------------------------------------------------------------
+
+
+def _variance(
+    name: str,
+    a: Any,
+    axis: Any,
+    dtype: Any,
+    out: Any,
+    ddof: Any,
+    keepdims: bool,
+    where: Any,
+    mean: Any,
+    correction: Any,
+) -> Tensor:
+    _reject(name, out=out, where=where, mean=mean)
+    if correction is not _UNSET:
+        if ddof != 0:
+            raise ValueError(f"{name}: ddof and correction can't be provided simultaneously.")
+        ddof = correction
+    x = as_tensor(a)
+    compute = dtypes.as_dtype(dtype) if dtype is not None else _float_result(x.dtype)
+    if not dtypes.is_floating(compute):
+        raise OpTypeError(f"{name}: dtype={compute} is not supported; use a floating dtype")
+    axes = normalize_axis_arg(name, axis, x.ndim)
+    xf = cast(x, compute)
+    # NumPy's two-pass formula: sum((x - mean)**2) / max(n - ddof, 0).
+    centre = _reduce("ReduceMean", xf, axes, True)
+    deviation = call("Sub", xf, centre)
+    squares = _reduce("ReduceSumSquare", deviation, axes, keepdims)
+    count = _count(x, axes)
+    if isinstance(count, int):
+        denominator = _size_as(builtins.max(count - ddof, 0), compute)
+    else:
+        denominator = _size_as(count - ddof if ddof else count, compute)
+    return call("Div", squares, denominator)
+
+
+@implements(np.var)
+def var(
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    ddof: Any = 0,
+    keepdims: bool = False,
+    *,
+    where: Any = _UNSET,
+    mean: Any = _UNSET,
+    correction: Any = _UNSET,
+) -> Tensor:
+    """The variance over ``axis``: ``sum((x - x.mean())**2) / (n - ddof)`` (NumPy's ``np.var``;
+    integers give float64).
+
+    Example:
+        >>> import kiln
+        >>> kiln.var(kiln.tensor([1.0, 2.0, 3.0, 4.0])).item()
+        1.25
+    """
+    return _variance("var", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+
+
+@implements(np.std)
+def std(
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    ddof: Any = 0,
+    keepdims: bool = False,
+    *,
+    where: Any = _UNSET,
+    mean: Any = _UNSET,
+    correction: Any = _UNSET,
+) -> Tensor:
+    """The standard deviation over ``axis``, the square root of :func:`var` (NumPy's ``np.std``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.std(kiln.tensor([1.0, 3.0])).item()
+        1.0
+    """
+    variance = _variance("std", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+    return call("Sqrt", variance)
+
+
+# -- any, all, count_nonzero ---------------------------------------------------------------
+
+
+@implements(np.any)
+def any(  # noqa: A001 - NumPy's name
+    a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *, where: Any = _UNSET
+) -> Tensor:
+    """Whether any element along ``axis`` is true (nonzero); bool result, False when empty.
+
+    Example:
+        >>> import kiln
+        >>> kiln.any(kiln.tensor([[0, 0], [0, 3]]), axis=1).tolist()
+        [False, True]
+    """
+    _reject("any", out=out, where=where)
+    x = cast(as_tensor(a), dtypes.bool_)
+    return _reduce("ReduceMax", x, normalize_axis_arg("any", axis, x.ndim), keepdims)
+
+
+@implements(np.all)
+def all(  # noqa: A001 - NumPy's name
+    a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *, where: Any = _UNSET
+) -> Tensor:
+    """Whether every element along ``axis`` is true (nonzero); bool result, True when empty.
+
+    Example:
+        >>> import kiln
+        >>> kiln.all(kiln.tensor([[1, 0], [2, 3]]), axis=1).tolist()
+        [False, True]
+    """
+    _reject("all", out=out, where=where)
+    x = cast(as_tensor(a), dtypes.bool_)
+    return _reduce("ReduceMin", x, normalize_axis_arg("all", axis, x.ndim), keepdims)
+
+
+@implements(np.count_nonzero)
+def count_nonzero(a: Any, axis: Any = None, *, keepdims: bool = False) -> Tensor:
+    """The number of nonzero elements along ``axis``, as int64.
+
+    Example:
+        >>> import kiln
+        >>> kiln.count_nonzero(kiln.tensor([[0, 1], [2, 3]])).item()
+        3
+    """
+    x = cast(cast(as_tensor(a), dtypes.bool_), dtypes.int64)
+    return _reduce("ReduceSum", x, normalize_axis_arg("count_nonzero", axis, x.ndim), keepdims)
+
+
+# -- cumsum --------------------------------------------------------------------------------
+
+
+@implements(np.cumsum)
+def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tensor:
+    """Running sums along ``axis`` (``None``: of the flattened array), NumPy's ``np.cumsum``;
+    bool and small integers sum in int64.
+
+    Example:
+        >>> import kiln
+        >>> kiln.cumsum(kiln.tensor([[1, 2], [3, 4]])).tolist()
+        [1, 3, 6, 10]
+    """
+    _reject("cumsum", out=out)
+    x = as_tensor(a)
+    target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
+    if axis is None:
+        x = _flatten(x)
+        ax = 0
+    else:
+        ax = operator.index(axis)
+        if not -x.ndim <= ax < x.ndim:
+            raise OpArgumentError(
+                f"cumsum: axis {ax} is out of bounds for an array of dimension {x.ndim}"
+            )
+    axis_t = constant(np.asarray(ax % x.ndim, dtype=np.int64))
+    return _in_supported(cast(x, target), ACCUMULATE_DTYPES, lambda t: call("CumSum", t, axis_t))
+
+
+# -- kiln-only: logsumexp, topk ------------------------------------------------------------
+
+
+def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """``log(sum(exp(x)))`` over ``axis``, computed stably (like ``scipy.special.logsumexp``):
+    large inputs do not overflow. Integers give float64; an empty axis gives -inf.
+
+    Example:
+        >>> import kiln
+        >>> round(kiln.logsumexp(kiln.tensor([1000.0, 1000.0])).item(), 4)
+        1000.6931
+    """
+    t = as_tensor(x)
+    t = cast(t, _float_result(t.dtype))
+    axes = normalize_axis_arg("logsumexp", axis, t.ndim)
+    return _reduce("ReduceLogSumExp", t, axes, keepdims)
+
+
+def topk(x: Any, k: Dim | int, axis: int = -1, largest: bool = True) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest (or smallest) elements along ``axis``, sorted, and their int64 indices;
+    among equal values the lower index comes first.
+
+    Example:
+        >>> import kiln
+        >>> values, indices = kiln.topk(kiln.tensor([3, 1, 4, 1, 5]), 2)
+        >>> values.tolist(), indices.tolist()
+        ([5, 4], [4, 2])
+    """
+    t = as_tensor(x)
+    if not isinstance(k, SymDim):
+        k = operator.index(k)
+    original = t.dtype
+    if original not in _TOPK_DTYPES:  # bool
+        t = cast(t, dtypes.uint8)
+    k_t = shape_tensor([k])
+    values, indices = dispatch("TopK", [t, k_t], {"axis": axis, "largest": int(largest)})
+    return cast(values, original), indices
+
+
+# -- ufunc.reduce methods ------------------------------------------------------------------
+
+
+def _ufunc_reduce(name: str, impl: Callable[..., Tensor], has_dtype: bool) -> Callable[..., Tensor]:
+    def reduce(
+        array: Any,
+        axis: Any = 0,
+        dtype: Any = None,
+        out: Any = None,
+        keepdims: bool = False,
+        initial: Any = _UNSET,
+        where: Any = _UNSET,
+    ) -> Tensor:
+        _reject(name, out=out, initial=initial, where=where)
+        if has_dtype:
+            return impl(array, axis=axis, dtype=dtype, keepdims=keepdims)
+        x = as_tensor(array)
+        if dtype is not None:
+            x = cast(x, dtypes.as_dtype(dtype))
+        return impl(x, axis=axis, keepdims=keepdims)
+
+    reduce.__name__ = reduce.__qualname__ = name.replace(".", "_")
+    reduce.__doc__ = (
+        f"``{name}(array, axis=0, dtype=None, keepdims=False)`` on kiln tensors "
+        f"(``axis=None`` reduces every axis)."
+    )
+    return reduce
+
+
+implements(np.add, method="reduce")(_ufunc_reduce("np.add.reduce", sum, True))
+implements(np.multiply, method="reduce")(_ufunc_reduce("np.multiply.reduce", prod, True))
+implements(np.maximum, method="reduce")(_ufunc_reduce("np.maximum.reduce", max, False))
+implements(np.minimum, method="reduce")(_ufunc_reduce("np.minimum.reduce", min, False))
+implements(np.logical_or, method="reduce")(_ufunc_reduce("np.logical_or.reduce", any, False))
+implements(np.logical_and, method="reduce")(_ufunc_reduce("np.logical_and.reduce", all, False))

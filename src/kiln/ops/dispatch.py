@@ -22,7 +22,15 @@ from .registry import OpDef, TensorType, get_op
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
-__all__ = ["dispatch", "call", "Handler", "handler_scope", "current_handler", "run_kernel"]
+__all__ = [
+    "dispatch",
+    "call",
+    "Handler",
+    "handler_scope",
+    "current_handler",
+    "run_kernel",
+    "as_outputs",
+]
 
 
 class Handler(Protocol):
@@ -91,12 +99,22 @@ def dispatch(
 def run_kernel(
     opdef: OpDef, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
 ) -> tuple[np.ndarray, ...]:
-    """Run ``opdef``'s CPU kernel, normalising its result to a tuple of arrays."""
-    result = opdef.kernel(*arrays, **attrs)
-    if isinstance(result, tuple):
-        return tuple(np.asarray(r) for r in result)
-    if isinstance(result, list):
-        return tuple(np.asarray(r) for r in result)
+    """Run ``opdef``'s CPU kernel, normalising its result to a tuple of arrays.
+
+    Kernels run with NumPy's floating-point warnings silenced: a division by zero or an
+    overflow is a value (inf, nan), as in ONNX, not a warning. An executor running many kernels
+    sets that state once around the whole run and calls :func:`as_outputs` itself.
+    """
+    with np.errstate(all="ignore"):
+        return as_outputs(opdef.kernel(*arrays, **attrs))
+
+
+def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
+    """A kernel's result as a tuple of arrays (a NumPy scalar becomes a 0-d array)."""
+    if type(result) is np.ndarray:
+        return (result,)
+    if isinstance(result, (tuple, list)):
+        return tuple(r if type(r) is np.ndarray else np.asarray(r) for r in result)
     return (np.asarray(result),)
 
 

@@ -1,20 +1,27 @@
 """Elementwise operators: unary math, activations, arithmetic, comparison, logic, Cast, Where.
 
-Each operator is one record. Most are built by two small factories, :func:`unary` and
-:func:`binary`, which fix the shared rules (NumPy broadcasting, ONNX's "inputs share one dtype"
-constraint, the dtype sets each operator accepts); the record still states the operator's own
-kernel, dtypes and samples in one place.
+Each operator is one record. Most are built by three small factories, :func:`unary`,
+:func:`binary` and :func:`variadic`, which fix the shared rules (NumPy broadcasting, ONNX's
+"inputs share one dtype" constraint, the dtype sets each operator accepts, how a known integer
+``value`` flows through); the record still states the operator's own kernel, dtypes and samples
+in one place.
+
+Kernels run with NumPy's floating-point warnings silenced: an ONNX runtime computes ``1 / 0``
+or ``log(-1)`` without complaint, and so does a graph replayed by kiln.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes
-from ..errors import OpTypeError
+from ..errors import OpArgumentError, OpTypeError
+from ..symbolic import Dim, dim_max, dim_min, floordiv, mod
 from .registry import (
     COMMUTATIVE,
     ELEMENTWISE,
@@ -26,10 +33,21 @@ from .registry import (
     TensorType,
     register,
 )
-from .rules import ALL, FLOATS, NUMERIC, broadcast, require, require_dtype, require_same_dtype
+from .rules import (
+    ALL,
+    BOOL,
+    FLOATS,
+    INTEGERS,
+    NUMERIC,
+    SIGNED,
+    broadcast,
+    require,
+    require_dtype,
+    require_same_dtype,
+)
 from .sampling import sample_array
 
-__all__ = ["unary", "binary", "onnx_dtype_code", "dtype_from_onnx_code"]
+__all__ = ["unary", "binary", "variadic", "onnx_dtype_code", "dtype_from_onnx_code", "erf"]
 
 # ONNX TensorProto.DataType numbers.
 _ONNX_CODES: dict[np.dtype, int] = {
@@ -63,6 +81,79 @@ def dtype_from_onnx_code(code: int) -> np.dtype:
         raise OpTypeError(f"ONNX data type {code} is not supported by kiln") from None
 
 
+_F16 = (dtypes.float16, dtypes.bfloat16)
+_HALVES = frozenset(_F16)
+_UNSIGNED = frozenset(dtypes.UNSIGNED_DTYPES)
+_F32_F64 = (dtypes.float32, dtypes.float64)
+
+# -- value propagation ---------------------------------------------------------------------
+#
+# A small integer tensor's TensorType may carry its contents (``value``): Shape(x) of a (B, 3)
+# input is (B, 3). Arithmetic on such tensors computes the result's value too, so that
+# ``Reshape(x, Concat(Shape(x)[0] * 4, -1))`` still knows its target shape symbolically.
+
+ValueFn = Callable[..., Dim]
+
+
+def _wrap_int(v: Dim, dtype: np.dtype) -> Dim:
+    """``v`` wrapped into ``dtype``'s range as the kernel would (symbolic sizes unchanged)."""
+    if not isinstance(v, int):
+        return v
+    info = np.iinfo(dtype)
+    span = int(info.max) - int(info.min) + 1
+    return (v - int(info.min)) % span + int(info.min)
+
+
+def _propagate(
+    fn: ValueFn,
+    out: np.dtype,
+    shape: Sequence[Dim],
+    inputs: Sequence[TensorType],
+    attrs: Mapping[str, Any],
+) -> tuple[Dim, ...] | None:
+    """The output's contents from the inputs' known contents (``None`` when any is unknown)."""
+    if not dtypes.is_integer(out) or len(shape) > 1 or not all(isinstance(d, int) for d in shape):
+        return None
+    values = [t.value for t in inputs]
+    if any(v is None for v in values):
+        return None
+    size = 1 if not shape else int(shape[0])
+    columns: list[tuple[Dim, ...]] = []
+    for v in values:
+        assert v is not None
+        if len(v) == size:
+            columns.append(v)
+        elif len(v) == 1:
+            columns.append(v * size)  # a 0-d or (1,) input broadcast against a 1-d one
+        else:
+            return None
+    try:
+        return tuple(_wrap_int(fn(*args, **attrs), out) for args in zip(*columns))
+    except ZeroDivisionError:
+        return None  # the kernel defines x / 0, but no size arithmetic should rely on it
+
+
+def _value_div(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError
+        quotient = abs(a) // abs(b)  # integer Div truncates toward zero, as C
+        return quotient if (a < 0) == (b < 0) else -quotient
+    return floordiv(a, b)  # sizes are non-negative, so truncation is floor
+
+
+def _value_mod(a: Dim, b: Dim, *, fmod: int) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError
+        if fmod:
+            return a - b * _value_div(a, b)  # sign of the dividend, as C fmod
+        return a % b  # sign of the divisor, as Python
+    return mod(a, b)
+
+
+# -- samples -------------------------------------------------------------------------------
+
 # Shapes every elementwise op is sampled on: scalar, size 0, size 1, a plain matrix.
 _UNARY_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (1,), (3, 4))
 # Pairs exercising broadcasting, size 0 and size 1.
@@ -73,6 +164,22 @@ _BINARY_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((0, 3), (1, 3)),
     ((1,), (1,)),
 )
+# Input lists for variadic ops: one input, two and three with broadcasting, size 0.
+_VARIADIC_SHAPES: tuple[tuple[tuple[int, ...], ...], ...] = (
+    ((3, 4),),
+    ((2, 1, 4), (3, 1)),
+    ((2, 1, 4), (3, 1), (4,)),
+    ((), (5,), (1,)),
+    ((0, 3), (1, 3), (3,)),
+)
+
+
+def _nonzero(x: np.ndarray) -> np.ndarray:
+    """``x`` with its zeros (and, for floats, values too close to zero) replaced by 1."""
+    if x.dtype == dtypes.bool_:
+        return x
+    small = np.abs(x.astype(np.float64)) < (0.5 if dtypes.is_floating(x.dtype) else 1)
+    return np.where(small, x.dtype.type(1), x)
 
 
 def _unary_samples(
@@ -88,7 +195,7 @@ def _unary_samples(
             for shape in _UNARY_SHAPES:
                 for a in attrs:
                     x = sample_array(shape, dt, low, high)
-                    out.append(Sample((x,), a, reference, name=f"{dt.name}{shape}"))
+                    out.append(Sample((x,), a, reference, name=f"{dt.name}{shape}{_tag(a)}"))
         return out
 
     return make
@@ -100,17 +207,203 @@ def _binary_samples(
     high: float,
     reference: Callable[..., Any] | None,
     rhs_low: float | None = None,
+    rhs_nonzero: bool = False,
+    attrs: Sequence[Mapping[str, Any]] = ({},),
 ) -> Callable[[], list[Sample]]:
     def make() -> list[Sample]:
         out = []
         for dt in dts:
             for sa, sb in _BINARY_SHAPES:
-                a = sample_array(sa, dt, low, high)
-                b = sample_array(sb, dt, low if rhs_low is None else rhs_low, high)
-                out.append(Sample((a, b), {}, reference, name=f"{dt.name}{sa}{sb}"))
+                for at in attrs:
+                    a = sample_array(sa, dt, low, high)
+                    b = sample_array(sb, dt, low if rhs_low is None else rhs_low, high)
+                    if rhs_nonzero:
+                        b = _nonzero(b)
+                    out.append(Sample((a, b), at, reference, name=f"{dt.name}{sa}{sb}{_tag(at)}"))
         return out
 
     return make
+
+
+def _tag(attrs: Mapping[str, Any]) -> str:
+    return "".join(f"-{k}={v}" for k, v in attrs.items())
+
+
+# -- independent references ----------------------------------------------------------------
+
+
+def _pointwise(
+    fn: Callable[..., Any], out: np.dtype | None = None, arity: int | None = None
+) -> Callable[..., np.ndarray]:
+    """A reference applying the Python function ``fn`` element by element.
+
+    Floats are handed to ``fn`` as Python floats (float64), integers as Python ints and bools
+    as bools; each result is rounded or wrapped once into the output dtype. ``arity`` limits
+    how many leading arguments are element arrays (the rest are attributes).
+    """
+
+    def reference(*arrays: np.ndarray | None, **attrs: Any) -> np.ndarray:
+        present = [a for a in arrays[:arity] if a is not None]
+        shape = np.broadcast_shapes(*(a.shape for a in present))
+        columns = []
+        for a in present:
+            wide = a.astype(np.float64) if dtypes.is_floating(a.dtype) else a
+            columns.append(np.broadcast_to(wide, shape).reshape(-1).tolist())
+        results = [fn(*args, **attrs) for args in zip(*columns)]
+        dtype = out if out is not None else present[0].dtype
+        if dtypes.is_integer(dtype):
+            results = [_wrap_int(int(r), dtype) for r in results]
+            return np.array(results, dtype=dtype).reshape(shape)
+        return (
+            np.array(results, dtype=np.float64 if dtype != np.bool_ else bool)
+            .reshape(shape)
+            .astype(dtype)
+        )
+
+    return reference
+
+
+def _int_trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+# -- kernels -------------------------------------------------------------------------------
+
+
+def _in_float(fn: Callable[[np.ndarray], np.ndarray], wide: Any = np.float32) -> Callable:
+    """A kernel computing ``fn`` in float32 (or ``wide``) for float16/bfloat16 inputs, so a
+    composite formula rounds once, as NumPy does for its own half-precision loops."""
+
+    def kernel(x: np.ndarray, **attrs: Any) -> np.ndarray:
+        if x.dtype in _HALVES or (wide is np.float64 and x.dtype != dtypes.float64):
+            return np.asarray(fn(x.astype(wide), **attrs)).astype(x.dtype)
+        return fn(x, **attrs)
+
+    return kernel
+
+
+@functools.cache
+def _erf_tables() -> tuple[np.ndarray, list[tuple[float, float, np.ndarray]]]:
+    """Coefficients for :func:`erf`, derived once from :mod:`math`.
+
+    For ``|x| <= 1`` the Maclaurin series ``erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) /
+    (n! (2n+1))`` (19 terms reach float64 precision, and keep relative accuracy near 0). For
+    ``1 < |x| < 6`` a polynomial fit (Chebyshev interpolation) of the smooth function
+    ``erfc(x) * exp(x^2)`` on two intervals; ``erf = 1 - exp(-x^2) * fit``. Beyond 6,
+    ``erf(x)`` rounds to +-1 in float64.
+    """
+    series = np.array(
+        [(-1) ** n / (math.factorial(n) * (2 * n + 1)) * 2 / math.sqrt(math.pi) for n in range(19)]
+    )
+
+    def scaled_erfc(xs: np.ndarray) -> np.ndarray:
+        return np.array([math.erfc(v) * math.exp(v * v) for v in xs])
+
+    pieces = []
+    for lo, hi, deg in ((1.0, 3.0, 22), (3.0, 6.0, 18)):
+        cheb = np.polynomial.Chebyshev.interpolate(scaled_erfc, deg, domain=[lo, hi])
+        poly = cheb.convert(kind=np.polynomial.Polynomial, domain=[lo, hi], window=[-1, 1])
+        pieces.append((lo, hi, poly.coef))
+    return series, pieces
+
+
+def _horner(coef: np.ndarray, u: np.ndarray) -> np.ndarray:
+    result = np.full_like(u, coef[-1])
+    for c in coef[-2::-1]:
+        result *= u
+        result += c
+    return result
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function of each element, in ``x``'s dtype (computed in float64).
+
+    Example:
+        >>> float(erf(np.array(0.5)))  # doctest: +ELLIPSIS
+        0.5204998778...
+    """
+    x = np.asarray(x)
+    wide = np.asarray(x, dtype=np.float64)
+    series, pieces = _erf_tables()
+    out = wide.copy()  # NaN stays NaN: it falls in no interval below
+    mag = np.abs(wide)
+    with np.errstate(all="ignore"):
+        small = mag <= 1.0
+        if small.any():
+            v = wide[small]
+            out[small] = v * _horner(series, v * v)
+        for lo, hi, coef in pieces:
+            inside = (mag > lo) & (mag <= hi)
+            if inside.any():
+                m = mag[inside]
+                u = (m - (lo + hi) / 2) / ((hi - lo) / 2)
+                out[inside] = np.copysign(1.0 - np.exp(-m * m) * _horner(coef, u), wide[inside])
+        big = mag > pieces[-1][1]
+        out[big] = np.copysign(1.0, wide[big])
+    return out.astype(x.dtype) if x.dtype != np.float64 else out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a non-positive argument only: no overflow for large |x|.
+    z = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), stable for large |x|.
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+        return 0.5 * x * (1 + np.tanh(inner))
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C semantics); ``x / 0`` gives 0 as NumPy."""
+    q = np.floor_divide(a, b)
+    if a.dtype.kind == "i":
+        r = np.remainder(a, b)
+        q = q + ((r != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
+    return q
+
+
+def _div_kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _int_div(a, b) if a.dtype.kind in "iu" else np.divide(a, b)
+
+
+def _mod_kernel(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
+    return np.fmod(a, b) if fmod else np.remainder(a, b)
+
+
+def _pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    out = x.dtype
+    if dtypes.is_floating(out):
+        if y.dtype == out:
+            return np.power(x, y)
+        wide = np.result_type(np.float32 if out in _HALVES else out, y.dtype)
+        if not np.issubdtype(wide, np.floating):
+            wide = np.float64
+        return np.power(x.astype(wide), y.astype(wide)).astype(out)
+    if y.dtype.kind in "iub":
+        # Integer power, wrapping like repeated multiplication. A negative exponent gives the
+        # truncated value of 1 / x**|y|: x = 1 -> 1, x = -1 -> +-1, otherwise 0.
+        e = y.astype(np.int64)
+        positive = np.power(x, np.maximum(e, 0).astype(out))
+        odd = (e % 2) != 0
+        negative = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0)).astype(out)
+        return np.where(e < 0, negative, positive).astype(out)
+    # Integer base, float exponent: compute in float64 and truncate toward zero like Cast.
+    return np.trunc(np.power(x.astype(np.float64), y.astype(np.float64))).astype(out)
+
+
+def _is_inf(x: np.ndarray, *, detect_negative: int, detect_positive: int) -> np.ndarray:
+    positive = np.isposinf(x) if detect_positive else np.zeros(x.shape, dtype=bool)
+    negative = np.isneginf(x) if detect_negative else np.zeros(x.shape, dtype=bool)
+    return positive | negative
 
 
 # -- factories -----------------------------------------------------------------------------
@@ -124,25 +417,40 @@ def unary(
     *,
     attrs: Mapping[str, Attr] | None = None,
     out_dtype: np.dtype | None = None,
-    sample_dtypes: Iterable[np.dtype] = (dtypes.float32, dtypes.float64),
+    value_fn: ValueFn | None = None,
+    check: Callable[[Mapping[str, Any]], None] | None = None,
+    io_names: tuple[str, str] = ("X", "Y"),
+    sample_dtypes: Iterable[np.dtype] = _F32_F64,
     sample_range: tuple[float, float] = (-3.0, 3.0),
     sample_attrs: Sequence[Mapping[str, Any]] = ({},),
     reference: Callable[..., Any] | None = None,
 ) -> OpDef:
-    """Register a one-input elementwise operator whose output has the input's shape."""
+    """Register a one-input elementwise operator whose output has the input's shape.
+
+    ``out_dtype`` fixes the output dtype (IsNaN: bool); ``value_fn`` computes one output
+    element from one input element for known integer contents (Neg: ``lambda a: -a``);
+    ``check`` validates the bound attributes.
+    """
     allowed = frozenset(allowed)
+    in_name = io_names[0]
 
     def infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
-        x = require(name, "X", inputs[0])
-        require_dtype(name, "X", x, allowed)
-        return [TensorType(out_dtype or x.dtype, x.shape)]
+        x = require(name, in_name, inputs[0])
+        require_dtype(name, in_name, x, allowed)
+        if check is not None:
+            check(attrs)
+        dtype = out_dtype or x.dtype
+        value = None
+        if value_fn is not None:
+            value = _propagate(value_fn, dtype, x.shape, [x], {})
+        return [TensorType(dtype, x.shape, value)]
 
     return register(
         OpDef(
             name=name,
             doc=doc,
-            inputs=(Input("X"),),
-            outputs=("Y",),
+            inputs=(Input(in_name),),
+            outputs=(io_names[1],),
             attrs=attrs or {},
             infer=infer,
             kernel=kernel,
@@ -157,17 +465,27 @@ def unary(
 def binary(
     name: str,
     doc: str,
-    kernel: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    kernel: Callable[..., np.ndarray],
     allowed: Iterable[np.dtype] = NUMERIC,
     *,
+    attrs: Mapping[str, Attr] | None = None,
     out_dtype: np.dtype | None = None,
+    value_fn: ValueFn | None = None,
+    check: Callable[[TensorType, Mapping[str, Any]], None] | None = None,
     commutative: bool = False,
     sample_dtypes: Iterable[np.dtype] = (dtypes.float32, dtypes.int32),
     sample_range: tuple[float, float] = (-3.0, 3.0),
     rhs_low: float | None = None,
+    rhs_nonzero: bool = False,
+    sample_attrs: Sequence[Mapping[str, Any]] = ({},),
     reference: Callable[..., Any] | None = None,
+    extra_samples: Callable[[], list[Sample]] | None = None,
 ) -> OpDef:
-    """Register a two-input elementwise operator with NumPy broadcasting and one shared dtype."""
+    """Register a two-input elementwise operator with NumPy broadcasting and one shared dtype.
+
+    ``value_fn(a, b, **attrs)`` computes one output element for known integer contents;
+    ``check(a_type, attrs)`` validates what the dtype rule alone cannot (Mod's ``fmod``).
+    """
     allowed = frozenset(allowed)
 
     def infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -175,35 +493,444 @@ def binary(
         b = require(name, "B", inputs[1])
         require_dtype(name, "A", a, allowed)
         require_same_dtype(name, (a, b), ("A", "B"))
-        return [TensorType(out_dtype or a.dtype, broadcast(name, a.shape, b.shape))]
+        if check is not None:
+            check(a, attrs)
+        dtype = out_dtype or a.dtype
+        shape = broadcast(name, a.shape, b.shape)
+        value = None
+        if value_fn is not None:
+            value = _propagate(value_fn, dtype, shape, [a, b], attrs)
+        return [TensorType(dtype, shape, value)]
 
     traits = {ELEMENTWISE, PURE} | ({COMMUTATIVE} if commutative else set())
+    generic = _binary_samples(
+        tuple(sample_dtypes), *sample_range, reference, rhs_low, rhs_nonzero, tuple(sample_attrs)
+    )
+
+    def samples() -> list[Sample]:
+        return generic() + (extra_samples() if extra_samples is not None else [])
+
     return register(
         OpDef(
             name=name,
             doc=doc,
             inputs=(Input("A"), Input("B")),
             outputs=("C",),
+            attrs=attrs or {},
             infer=infer,
             kernel=kernel,
             traits=frozenset(traits),
-            samples=_binary_samples(tuple(sample_dtypes), *sample_range, reference, rhs_low),
+            samples=samples,
         )
     )
 
 
-# -- the operators -------------------------------------------------------------------------
+def variadic(
+    name: str,
+    doc: str,
+    kernel: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    allowed: Iterable[np.dtype] = NUMERIC,
+    *,
+    finish: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    value_fn: Callable[[Dim, Dim], Dim] | None = None,
+    output: str = "out",
+    sample_dtypes: Iterable[np.dtype] = (dtypes.float32, dtypes.int32),
+    reference: Callable[..., Any] | None = None,
+) -> OpDef:
+    """Register an operator over one or more inputs, all broadcast together (Max, Sum, ...).
 
-unary("Exp", "e raised to each element.", np.exp, FLOATS)
+    ``kernel`` combines two arrays and is folded over the inputs; ``finish(result, count)``
+    post-processes the fold (Mean divides by the count). ``value_fn`` folds known integer
+    contents the same way.
+    """
+    allowed = frozenset(allowed)
+
+    def infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+        if not inputs:
+            raise OpArgumentError(f"{name} takes one or more inputs 'data_0...'; got none")
+        types = [require(name, f"data_{i}", t) for i, t in enumerate(inputs)]
+        require_dtype(name, "data_0", types[0], allowed)
+        require_same_dtype(name, types, [f"data_{i}" for i in range(len(types))])
+        shape = broadcast(name, *(t.shape for t in types))
+        value = None
+        if value_fn is not None:
+            fold = value_fn
+
+            def combine(*elements: Dim) -> Dim:
+                return functools.reduce(fold, elements)
+
+            value = _propagate(combine, types[0].dtype, shape, types, {})
+        return [TensorType(types[0].dtype, shape, value)]
+
+    def run(*arrays: np.ndarray) -> np.ndarray:
+        result = functools.reduce(kernel, arrays)
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+        result = np.broadcast_to(result, shape)
+        return finish(result, len(arrays)) if finish is not None else result
+
+    def make() -> list[Sample]:
+        out = []
+        for dt in sample_dtypes:
+            for shapes in _VARIADIC_SHAPES:
+                arrays = tuple(sample_array(s, dt, -3.0, 3.0) for s in shapes)
+                label = "".join(str(s) for s in shapes)
+                out.append(Sample(arrays, {}, reference, name=f"{dt.name}{label}"))
+        return out
+
+    return register(
+        OpDef(
+            name=name,
+            doc=doc,
+            inputs=(Input("data_0", variadic=True),),
+            outputs=(output,),
+            infer=infer,
+            kernel=run,
+            traits=frozenset({ELEMENTWISE, PURE, COMMUTATIVE}),
+            samples=make,
+        )
+    )
+
+
+# -- unary operators -----------------------------------------------------------------------
+
+unary(
+    "Identity",
+    "The input, unchanged.",
+    lambda x: x,
+    ALL,
+    value_fn=lambda a: a,
+    io_names=("input", "output"),
+    sample_dtypes=(dtypes.float32, dtypes.int64, dtypes.bool_),
+    reference=lambda x: x.copy(),
+)
+unary(
+    "Neg",
+    "-x (integers wrap around).",
+    np.negative,
+    SIGNED,
+    value_fn=lambda a: -a,
+    sample_dtypes=(dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8),
+    reference=_pointwise(lambda v: -v),
+)
+unary(
+    "Abs",
+    "|x| (the most negative integer stays itself, as in two's complement).",
+    np.abs,
+    NUMERIC,
+    sample_dtypes=(dtypes.float32, dtypes.bfloat16, dtypes.int32, dtypes.uint8),
+    reference=_pointwise(abs),
+)
+unary(
+    "Sign",
+    "-1, 0 or 1 by the sign of x (NaN stays NaN).",
+    np.sign,
+    NUMERIC,
+    io_names=("input", "output"),
+    sample_dtypes=(dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint8),
+    reference=_pointwise(lambda v: (v > 0) - (v < 0)),
+)
+
+# Floating-point math: (name, doc, kernel, domain, reference).
+_FLOAT_MATH: tuple[tuple[str, str, Callable[..., Any], tuple[float, float], Callable], ...] = (
+    ("Log", "Natural logarithm.", np.log, (0.1, 5.0), math.log),
+    ("Sqrt", "Square root.", np.sqrt, (0.0, 5.0), math.sqrt),
+    ("Reciprocal", "1 / x.", np.reciprocal, (0.5, 4.0), lambda v: 1.0 / v),
+    ("Floor", "Largest integer <= x.", np.floor, (-3.0, 3.0), math.floor),
+    ("Ceil", "Smallest integer >= x.", np.ceil, (-3.0, 3.0), math.ceil),
+    # Python's round() rounds half to even, as ONNX Round.
+    ("Round", "Nearest integer, halves to even.", np.round, (-4.0, 4.0), round),
+    ("Sin", "Sine (radians).", np.sin, (-4.0, 4.0), math.sin),
+    ("Cos", "Cosine (radians).", np.cos, (-4.0, 4.0), math.cos),
+    ("Tan", "Tangent (radians).", np.tan, (-1.2, 1.2), math.tan),
+    ("Asin", "Inverse sine.", np.arcsin, (-0.99, 0.99), math.asin),
+    ("Acos", "Inverse cosine.", np.arccos, (-0.99, 0.99), math.acos),
+    ("Atan", "Inverse tangent.", np.arctan, (-4.0, 4.0), math.atan),
+    ("Sinh", "Hyperbolic sine.", np.sinh, (-3.0, 3.0), math.sinh),
+    ("Cosh", "Hyperbolic cosine.", np.cosh, (-3.0, 3.0), math.cosh),
+    ("Asinh", "Inverse hyperbolic sine.", np.arcsinh, (-4.0, 4.0), math.asinh),
+    ("Acosh", "Inverse hyperbolic cosine (x >= 1).", np.arccosh, (1.0, 5.0), math.acosh),
+    ("Atanh", "Inverse hyperbolic tangent.", np.arctanh, (-0.95, 0.95), math.atanh),
+    ("Tanh", "Hyperbolic tangent.", np.tanh, (-4.0, 4.0), math.tanh),
+)
+# A few representative ops are also sampled in half precision.
+_HALF_SAMPLED = {"Log", "Sqrt", "Floor", "Round", "Sin", "Tanh"}
+
+unary(
+    "Exp",
+    "e raised to each element.",
+    np.exp,
+    FLOATS,
+    sample_dtypes=(*_F32_F64, *_F16),
+    reference=_pointwise(math.exp),
+)
+for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
+    unary(
+        _name,
+        _doc,
+        _kernel,
+        FLOATS,
+        sample_dtypes=_F32_F64 + (_F16 if _name in _HALF_SAMPLED else ()),
+        sample_range=_domain,
+        reference=_pointwise(lambda v, f=_ref: float(f(v))),
+    )
+
+unary(
+    "Sigmoid",
+    "1 / (1 + exp(-x)).",
+    _sigmoid,
+    FLOATS,
+    sample_dtypes=(*_F32_F64, *_F16),
+    sample_range=(-6.0, 6.0),
+    reference=_pointwise(lambda v: 1.0 / (1.0 + math.exp(-v))),
+)
+unary(
+    "Erf",
+    "The Gauss error function.",
+    erf,
+    FLOATS,
+    io_names=("input", "output"),
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    sample_range=(-4.0, 4.0),
+    reference=_pointwise(math.erf),
+)
 unary(
     "Relu",
     "max(x, 0).",
     lambda x: np.maximum(x, x.dtype.type(0)),
-    NUMERIC - {dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64},
+    NUMERIC - _UNSIGNED,
+    sample_dtypes=(*_F32_F64, dtypes.bfloat16, dtypes.int32),
     reference=lambda x: np.where(x > 0, x, np.zeros_like(x)),
 )
+unary(
+    "LeakyRelu",
+    "x for x >= 0, alpha * x below.",
+    lambda x, *, alpha: np.where(x >= 0, x, alpha * x).astype(x.dtype),
+    FLOATS,
+    attrs={"alpha": Attr("float", 0.01)},
+    sample_attrs=({}, {"alpha": 0.2}),
+    reference=_pointwise(lambda v, alpha: v if v >= 0 else alpha * v),
+)
+unary(
+    "Elu",
+    "x for x >= 0, alpha * (exp(x) - 1) below.",
+    lambda x, *, alpha: np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype),
+    FLOATS,
+    attrs={"alpha": Attr("float", 1.0)},
+    sample_attrs=({}, {"alpha": 0.5}),
+    reference=_pointwise(lambda v, alpha: v if v >= 0 else alpha * (math.exp(v) - 1.0)),
+)
+_SELU_ALPHA = 1.67326319217681884765625
+_SELU_GAMMA = 1.05070102214813232421875
+unary(
+    "Selu",
+    "gamma * x for x > 0, gamma * (alpha * exp(x) - alpha) otherwise.",
+    _in_float(
+        lambda x, *, alpha, gamma: np.where(
+            x > 0, gamma * x, gamma * (alpha * np.exp(np.minimum(x, 0)) - alpha)
+        )
+    ),
+    FLOATS,
+    attrs={"alpha": Attr("float", _SELU_ALPHA), "gamma": Attr("float", _SELU_GAMMA)},
+    sample_attrs=({}, {"alpha": 1.5, "gamma": 2.0}),
+    reference=_pointwise(
+        lambda v, alpha, gamma: gamma * v if v > 0 else gamma * (alpha * math.exp(v) - alpha)
+    ),
+)
+unary(
+    "Softplus",
+    "log(exp(x) + 1), computed without overflow.",
+    _in_float(_softplus),
+    FLOATS,
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    sample_range=(-5.0, 5.0),
+    reference=_pointwise(lambda v: math.log(math.exp(v) + 1.0)),
+)
+unary(
+    "Softsign",
+    "x / (1 + |x|).",
+    lambda x: x / (1 + np.abs(x)),
+    FLOATS,
+    reference=_pointwise(lambda v: v / (1.0 + abs(v))),
+)
+unary(
+    "HardSigmoid",
+    "max(0, min(1, alpha * x + beta)).",
+    lambda x, *, alpha, beta: np.clip(alpha * x + beta, 0, 1).astype(x.dtype),
+    FLOATS,
+    attrs={"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)},
+    sample_attrs=({}, {"alpha": 0.5, "beta": 0.25}),
+    sample_range=(-5.0, 5.0),
+    reference=_pointwise(lambda v, alpha, beta: max(0.0, min(1.0, alpha * v + beta))),
+)
+unary(
+    "HardSwish",
+    "x * max(0, min(1, x / 6 + 1 / 2)).",
+    _in_float(lambda x: x * np.clip(x / 6 + 0.5, 0, 1)),
+    FLOATS,
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    sample_range=(-5.0, 5.0),
+    reference=_pointwise(lambda v: v * max(0.0, min(1.0, v / 6.0 + 0.5))),
+)
 
-binary("Add", "a + b.", np.add, NUMERIC, commutative=True)
+
+def _check_gelu(attrs: Mapping[str, Any]) -> None:
+    if attrs["approximate"] not in ("none", "tanh"):
+        raise OpArgumentError(
+            f"Gelu: attribute 'approximate' must be 'none' or 'tanh', got {attrs['approximate']!r}"
+        )
+
+
+def _gelu_reference(v: float, approximate: str) -> float:
+    if approximate == "tanh":
+        return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)))
+    return 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
+
+
+unary(
+    "Gelu",
+    "x * Phi(x), Phi the standard normal CDF; approximate='tanh' uses the tanh formula.",
+    _in_float(_gelu, np.float64),
+    FLOATS,
+    attrs={"approximate": Attr("str", "none")},
+    check=_check_gelu,
+    sample_dtypes=(*_F32_F64, *_F16),
+    sample_range=(-4.0, 4.0),
+    sample_attrs=({}, {"approximate": "tanh"}),
+    reference=_pointwise(_gelu_reference),
+)
+unary(
+    "Mish",
+    "x * tanh(softplus(x)).",
+    _in_float(lambda x: x * np.tanh(_softplus(x))),
+    FLOATS,
+    sample_range=(-5.0, 5.0),
+    reference=_pointwise(lambda v: v * math.tanh(math.log1p(math.exp(v)))),
+)
+unary(
+    "IsNaN",
+    "True where x is NaN.",
+    np.isnan,
+    FLOATS,
+    out_dtype=dtypes.bool_,
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    reference=_pointwise(math.isnan, dtypes.bool_),
+)
+unary(
+    "IsInf",
+    "True where x is +inf (detect_positive) or -inf (detect_negative).",
+    _is_inf,
+    FLOATS,
+    attrs={"detect_negative": Attr("int", 1), "detect_positive": Attr("int", 1)},
+    out_dtype=dtypes.bool_,
+    sample_attrs=({}, {"detect_negative": 0}, {"detect_positive": 0}),
+    reference=_pointwise(
+        lambda v, detect_negative, detect_positive: (
+            math.isinf(v) and ((v > 0 and detect_positive == 1) or (v < 0 and detect_negative == 1))
+        ),
+        dtypes.bool_,
+    ),
+)
+unary(
+    "Not",
+    "Logical not.",
+    np.logical_not,
+    BOOL,
+    sample_dtypes=(dtypes.bool_,),
+    reference=_pointwise(lambda v: not v),
+)
+unary(
+    "BitwiseNot",
+    "~x, every bit flipped.",
+    np.invert,
+    INTEGERS,
+    sample_dtypes=(dtypes.int32, dtypes.uint8, dtypes.int64),
+    reference=_pointwise(lambda v: ~v),
+)
+
+
+# -- Clip ----------------------------------------------------------------------------------
+
+
+def _clip_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    x = require("Clip", "input", inputs[0])
+    require_dtype("Clip", "input", x, NUMERIC)
+    bounds = list(inputs[1:3]) + [None] * (3 - len(inputs))
+    require_same_dtype("Clip", [x, *bounds[:2]], ("input", "min", "max"))
+    for arg, bound in zip(("min", "max"), bounds):
+        if bound is not None and not (bound.ndim == 0 or (bound.ndim == 1 and bound.shape[0] == 1)):
+            raise OpArgumentError(
+                f"Clip: input {arg!r} must be a scalar (shape ()), got shape {bound.shape}; "
+                "use Max/Min for bounds that broadcast"
+            )
+    return [TensorType(x.dtype, x.shape)]
+
+
+def _clip_kernel(
+    x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None
+) -> np.ndarray:
+    # maximum then minimum: NaN propagates, and min > max gives max, as ONNX says.
+    out = x if lo is None else np.maximum(x, lo.reshape(()))
+    out = out if hi is None else np.minimum(out, hi.reshape(()))
+    return np.asarray(out, dtype=x.dtype)
+
+
+def _clip_reference(
+    x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None
+) -> np.ndarray:
+    low = None if lo is None else lo.reshape(()).item()
+    high = None if hi is None else hi.reshape(()).item()
+
+    def one(v: Any) -> Any:
+        if low is not None and v < low:
+            v = low
+        if high is not None and v > high:
+            v = high
+        return v
+
+    return _pointwise(one, arity=1)(x)
+
+
+def _clip_samples() -> list[Sample]:
+    out = []
+    for dt in (dtypes.float32, dtypes.int32, dtypes.uint8):
+        lo = np.asarray(-1 if dt != dtypes.uint8 else 1, dtype=dt)
+        hi = np.asarray(2, dtype=dt)
+        for shape in _UNARY_SHAPES:
+            x = (
+                sample_array(shape, dt, -3.0, 3.0)
+                if dt != dtypes.uint8
+                else (sample_array(shape, dt, 0, 5))
+            )
+            for bounds, tag in (((lo, hi), "both"), ((lo,), "min"), ((None, hi), "max")):
+                out.append(Sample((x, *bounds), {}, _clip_reference, name=f"{dt.name}{shape}{tag}"))
+    x = sample_array((3, 4), dtypes.float32)
+    out.append(Sample((x,), {}, _clip_reference, name="no-bounds"))
+    out.append(
+        Sample(
+            (x, np.asarray(1.0, np.float32), np.asarray(-1.0, np.float32)),
+            {},
+            lambda x, lo, hi: np.full_like(x, -1.0),  # min > max: everything becomes max
+            name="min>max",
+        )
+    )
+    return out
+
+
+register(
+    OpDef(
+        name="Clip",
+        doc="Each element limited to [min, max]; min and max are optional scalar inputs.",
+        inputs=(Input("input"), Input("min", optional=True), Input("max", optional=True)),
+        outputs=("output",),
+        infer=_clip_infer,
+        kernel=_clip_kernel,
+        traits=frozenset({ELEMENTWISE, PURE}),
+        samples=_clip_samples,
+    )
+)
+
+
+# -- Cast ----------------------------------------------------------------------------------
 
 
 def _cast_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -246,5 +973,329 @@ register(
         kernel=_cast_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_cast_samples,
+    )
+)
+
+
+# -- binary arithmetic ---------------------------------------------------------------------
+
+_ARITH_SAMPLES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int8)
+
+binary(
+    "Add",
+    "a + b.",
+    np.add,
+    NUMERIC,
+    value_fn=lambda a, b: a + b,
+    commutative=True,
+    sample_dtypes=(*_ARITH_SAMPLES, dtypes.float16, dtypes.uint8),
+    reference=_pointwise(lambda a, b: a + b),
+)
+binary(
+    "Sub",
+    "a - b.",
+    np.subtract,
+    NUMERIC,
+    value_fn=lambda a, b: a - b,
+    sample_dtypes=(*_ARITH_SAMPLES, dtypes.uint8),
+    reference=_pointwise(lambda a, b: a - b),
+)
+binary(
+    "Mul",
+    "a * b.",
+    np.multiply,
+    NUMERIC,
+    value_fn=lambda a, b: a * b,
+    commutative=True,
+    sample_dtypes=(*_ARITH_SAMPLES, dtypes.bfloat16),
+    reference=_pointwise(lambda a, b: a * b),
+)
+binary(
+    "Div",
+    "a / b; integer division truncates toward zero (C semantics).",
+    _div_kernel,
+    NUMERIC,
+    value_fn=_value_div,
+    sample_dtypes=(*_ARITH_SAMPLES, dtypes.uint8, dtypes.float16),
+    rhs_nonzero=True,
+    reference=_pointwise(lambda a, b: _int_trunc_div(a, b) if isinstance(a, int) else a / b),
+)
+
+
+def _check_mod(a: TensorType, attrs: Mapping[str, Any]) -> None:
+    fmod = attrs["fmod"]
+    if fmod not in (0, 1):
+        raise OpArgumentError(f"Mod: attribute 'fmod' must be 0 or 1, got {fmod}")
+    if fmod == 0 and dtypes.is_floating(a.dtype):
+        raise OpArgumentError(
+            f"Mod: floating-point inputs ({a.dtype}) need fmod=1; fmod=0 (the sign of the "
+            "divisor) is defined for integers only"
+        )
+
+
+def _mod_reference(a: Any, b: Any, *, fmod: int) -> Any:
+    if isinstance(a, float):
+        return math.fmod(a, b)
+    return a - b * _int_trunc_div(a, b) if fmod else a % b
+
+
+binary(
+    "Mod",
+    "Remainder: fmod=0 takes the divisor's sign (integers only), fmod=1 the dividend's "
+    "(C fmod; required for floats).",
+    _mod_kernel,
+    NUMERIC,
+    attrs={"fmod": Attr("int", 0)},
+    value_fn=_value_mod,
+    check=_check_mod,
+    sample_dtypes=(dtypes.int32, dtypes.int8),
+    rhs_nonzero=True,
+    sample_attrs=({}, {"fmod": 1}),
+    reference=_pointwise(_mod_reference),
+    extra_samples=_binary_samples(
+        (dtypes.float32, dtypes.float64, dtypes.float16),
+        -5.0,
+        5.0,
+        _pointwise(_mod_reference),
+        rhs_nonzero=True,
+        attrs=({"fmod": 1},),
+    ),
+)
+
+
+# -- Pow -----------------------------------------------------------------------------------
+
+_POW_BASES = frozenset({dtypes.int32, dtypes.int64, *dtypes.FLOAT_DTYPES})
+
+
+def _pow_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    x = require("Pow", "X", inputs[0])
+    y = require("Pow", "Y", inputs[1])
+    require_dtype("Pow", "X", x, _POW_BASES)
+    require_dtype("Pow", "Y", y, NUMERIC)
+    # ONNX lets the exponent have its own dtype; the result has the base's.
+    return [TensorType(x.dtype, broadcast("Pow", x.shape, y.shape))]
+
+
+def _pow_reference(x: Any, y: Any) -> Any:
+    if isinstance(x, int):
+        if isinstance(y, float):
+            return int(math.pow(x, y))  # int() truncates toward zero, as Cast
+        if y < 0:
+            return _int_trunc_div(1, x ** (-y))
+        return x**y
+    return math.pow(x, y)
+
+
+def _pow_samples() -> list[Sample]:
+    reference = _pointwise(_pow_reference)
+    pairs = (
+        (dtypes.float32, dtypes.float32, (0.5, 3.0), (-2.0, 3.0)),
+        (dtypes.float64, dtypes.float64, (0.5, 3.0), (-2.0, 3.0)),
+        (dtypes.float16, dtypes.float16, (0.5, 2.0), (-2.0, 3.0)),
+        (dtypes.float32, dtypes.int32, (-3.0, 3.0), (0.0, 4.0)),
+        (dtypes.float64, dtypes.float32, (0.5, 3.0), (-2.0, 3.0)),
+        (dtypes.int64, dtypes.int64, (-4.0, 5.0), (0.0, 5.0)),
+        (dtypes.int32, dtypes.int8, (-4.0, 5.0), (-2.0, 4.0)),
+        (dtypes.int32, dtypes.float32, (1.0, 5.0), (0.0, 3.0)),
+    )
+    out = []
+    for base, exp, (blo, bhi), (elo, ehi) in pairs:
+        for sa, sb in _BINARY_SHAPES:
+            x = _nonzero(sample_array(sa, base, blo, bhi))  # no 0 ** negative
+            y = sample_array(sb, exp, elo, ehi)
+            out.append(Sample((x, y), {}, reference, name=f"{base.name}^{exp.name}{sa}{sb}"))
+    return out
+
+
+register(
+    OpDef(
+        name="Pow",
+        doc="x ** y; the exponent may have another dtype, the result has the base's. An integer "
+        "base to a negative integer exponent gives the truncated 1 / x**|y|.",
+        inputs=(Input("X"), Input("Y")),
+        outputs=("Z",),
+        infer=_pow_infer,
+        kernel=_pow_kernel,
+        traits=frozenset({ELEMENTWISE, PURE}),
+        samples=_pow_samples,
+    )
+)
+
+
+# -- comparison, logic, bitwise ------------------------------------------------------------
+
+_COMPARE = (
+    ("Equal", "a == b.", np.equal, ALL, lambda a, b: a == b),
+    ("Less", "a < b.", np.less, NUMERIC, lambda a, b: a < b),
+    ("LessOrEqual", "a <= b.", np.less_equal, NUMERIC, lambda a, b: a <= b),
+    ("Greater", "a > b.", np.greater, NUMERIC, lambda a, b: a > b),
+    ("GreaterOrEqual", "a >= b.", np.greater_equal, NUMERIC, lambda a, b: a >= b),
+)
+for _name, _doc, _kernel, _allowed, _ref in _COMPARE:
+    binary(
+        _name,
+        _doc,
+        _kernel,
+        _allowed,
+        out_dtype=dtypes.bool_,
+        commutative=_name == "Equal",
+        sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.uint8)
+        + ((dtypes.bool_,) if _name == "Equal" else ()),
+        # A narrow integer range makes equal pairs common.
+        sample_range=(-2.0, 2.0),
+        reference=_pointwise(_ref, dtypes.bool_),
+    )
+
+_LOGIC = (
+    ("And", "Logical and.", np.logical_and, lambda a, b: a and b),
+    ("Or", "Logical or.", np.logical_or, lambda a, b: a or b),
+    ("Xor", "Logical exclusive or.", np.logical_xor, lambda a, b: a != b),
+)
+for _name, _doc, _kernel, _ref in _LOGIC:
+    binary(
+        _name,
+        _doc,
+        _kernel,
+        BOOL,
+        commutative=True,
+        sample_dtypes=(dtypes.bool_,),
+        reference=_pointwise(_ref, dtypes.bool_),
+    )
+
+_BITWISE = (
+    ("BitwiseAnd", "a & b, bit by bit.", np.bitwise_and, lambda a, b: a & b),
+    ("BitwiseOr", "a | b, bit by bit.", np.bitwise_or, lambda a, b: a | b),
+    ("BitwiseXor", "a ^ b, bit by bit.", np.bitwise_xor, lambda a, b: a ^ b),
+)
+for _name, _doc, _kernel, _ref in _BITWISE:
+    binary(
+        _name,
+        _doc,
+        _kernel,
+        INTEGERS,
+        commutative=True,
+        sample_dtypes=(dtypes.int32, dtypes.uint8, dtypes.int8, dtypes.uint64),
+        sample_range=(-100.0, 100.0),
+        reference=_pointwise(_ref),
+    )
+
+
+# -- variadic ------------------------------------------------------------------------------
+
+
+def _fold_reference(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
+    def reference(*arrays: np.ndarray) -> np.ndarray:
+        return _pointwise(lambda *vs: fn(vs))(*arrays)
+
+    return reference
+
+
+def _nan_max(values: Sequence[Any]) -> Any:
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
+
+
+def _nan_min(values: Sequence[Any]) -> Any:
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        return math.nan
+    return min(values)
+
+
+# Max/Min propagate NaN as NumPy's maximum/minimum and the ONNX reference evaluator do (and
+# ONNX Runtime since 1.19).
+variadic(
+    "Max",
+    "The elementwise maximum of the inputs (NaN if any is NaN).",
+    np.maximum,
+    NUMERIC,
+    value_fn=dim_max,
+    output="max",
+    sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.float16),
+    reference=_fold_reference(_nan_max),
+)
+variadic(
+    "Min",
+    "The elementwise minimum of the inputs (NaN if any is NaN).",
+    np.minimum,
+    NUMERIC,
+    value_fn=dim_min,
+    output="min",
+    sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.uint8),
+    reference=_fold_reference(_nan_min),
+)
+# ONNX types Sum for floats; kiln also accepts integers so that shape arithmetic can add sizes.
+variadic(
+    "Sum",
+    "The elementwise sum of the inputs.",
+    np.add,
+    NUMERIC,
+    value_fn=lambda a, b: a + b,
+    output="sum",
+    sample_dtypes=(dtypes.float32, dtypes.float64, dtypes.int64),
+    reference=_fold_reference(sum),
+)
+variadic(
+    "Mean",
+    "The elementwise mean of the inputs.",
+    np.add,
+    FLOATS,
+    finish=lambda total, count: total / total.dtype.type(count),
+    output="mean",
+    sample_dtypes=(dtypes.float32, dtypes.float64),
+    reference=_fold_reference(lambda vs: sum(vs) / len(vs)),
+)
+
+
+# -- Where ---------------------------------------------------------------------------------
+
+
+def _where_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    cond = require("Where", "condition", inputs[0])
+    x = require("Where", "X", inputs[1])
+    y = require("Where", "Y", inputs[2])
+    require_dtype("Where", "condition", cond, BOOL)
+    require_dtype("Where", "X", x, ALL)
+    require_same_dtype("Where", (x, y), ("X", "Y"))
+    return [TensorType(x.dtype, broadcast("Where", cond.shape, x.shape, y.shape))]
+
+
+def _where_reference(c: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
+    cs, xs, ys = (np.broadcast_to(a, shape).reshape(-1) for a in (c, x, y))
+    picked = [xs[i] if cs[i] else ys[i] for i in range(cs.size)]
+    return np.array(picked, dtype=x.dtype).reshape(shape)
+
+
+def _where_samples() -> list[Sample]:
+    reference = _where_reference
+    shapes = (
+        ((3, 4), (3, 4), (3, 4)),
+        ((3, 1), (1, 4), ()),
+        ((), (2, 3), (3,)),
+        ((0, 1), (1, 2), (2,)),
+        ((1,), (1,), (1,)),
+    )
+    out = []
+    for dt in (dtypes.float32, dtypes.int64, dtypes.bool_, dtypes.bfloat16):
+        for sc, sx, sy in shapes:
+            c = sample_array(sc, dtypes.bool_)
+            x = sample_array(sx, dt, -3.0, 3.0)
+            y = sample_array(sy, dt, 5.0, 9.0)
+            out.append(Sample((c, x, y), {}, reference, name=f"{dt.name}{sc}{sx}{sy}"))
+    return out
+
+
+register(
+    OpDef(
+        name="Where",
+        doc="X where condition is true, else Y; all three broadcast together.",
+        inputs=(Input("condition"), Input("X"), Input("Y")),
+        outputs=("output",),
+        infer=_where_infer,
+        kernel=np.where,
+        traits=frozenset({ELEMENTWISE, PURE}),
+        samples=_where_samples,
     )
 )

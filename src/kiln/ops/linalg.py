@@ -1,3 +1,518 @@
-"""Operators of the linalg family (see the module docstring of kiln.ops.registry)."""
+"""Linear-algebra operators: MatMul, Gemm and Einsum.
+
+``MatMul`` has ``numpy.matmul`` semantics (a 1-D operand is promoted to a matrix and the added
+axis removed again; batch axes broadcast). ``Gemm`` is ``alpha * A' @ B' + beta * C`` on matrices.
+``Einsum`` takes its equation as an attribute; its ``infer`` parses the equation (explicit or
+implicit output, ellipsis) and computes the output shape, on symbolic sizes too.
+"""
 
 from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import OpArgumentError
+from ..symbolic import Dim, Shape, broadcast_dim, format_shape
+from .registry import PURE, Attr, Input, OpDef, Sample, TensorType, register
+from .rules import FLOATS, NUMERIC, broadcast, require, require_dtype, require_same_dtype
+from .sampling import sample_array
+
+__all__ = ["MATMUL_DTYPES", "matmul_shape", "EinsumEquation", "parse_einsum"]
+
+# ONNX's type constraint of MatMul and Gemm.
+MATMUL_DTYPES = FLOATS | {dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64}
+
+
+def _compute(x: np.ndarray) -> np.ndarray:
+    # ml_dtypes' bfloat16 matmul returns float32 and einsum rejects it: compute in float32.
+    return x.astype(np.float32) if x.dtype == dtypes.bfloat16 else x
+
+
+def _static_mismatch(a: Dim, b: Dim) -> bool:
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+# -- MatMul --------------------------------------------------------------------------------
+
+
+def matmul_shape(op: str, a: Shape, b: Shape) -> Shape:
+    """The ``numpy.matmul`` output shape of ``a @ b``, validating the contraction.
+
+    Example:
+        >>> from kiln.symbolic import symbol
+        >>> matmul_shape("MatMul", (symbol("B"), 5, 64), (64, 32))
+        (SymDim('B'), 5, 32)
+    """
+    for arg, shape in (("A", a), ("B", b)):
+        if len(shape) == 0:
+            raise OpArgumentError(
+                f"{op}: input {arg!r} must have rank >= 1 (matmul does not take scalars), "
+                "got a 0-d tensor"
+            )
+    a2 = (1, *a) if len(a) == 1 else tuple(a)
+    b2 = (*b, 1) if len(b) == 1 else tuple(b)
+    if _static_mismatch(a2[-1], b2[-2]):
+        b_axis = -2 if len(b) >= 2 else -1
+        raise OpArgumentError(
+            f"{op}: inputs 'A' {format_shape(a)} and 'B' {format_shape(b)} do not contract: "
+            f"axis -1 of A has size {a2[-1]} but axis {b_axis} of B has size {b2[-2]}"
+        )
+    batch = broadcast(op, a2[:-2], b2[:-2])
+    out: list[Dim] = list(batch)
+    if len(a) > 1:
+        out.append(a2[-2])
+    if len(b) > 1:
+        out.append(b2[-1])
+    return tuple(out)
+
+
+def _matmul_infer(
+    inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
+) -> list[TensorType]:
+    a = require("MatMul", "A", inputs[0])
+    b = require("MatMul", "B", inputs[1])
+    require_dtype("MatMul", "A", a, MATMUL_DTYPES)
+    require_same_dtype("MatMul", (a, b), ("A", "B"))
+    return [TensorType(a.dtype, matmul_shape("MatMul", a.shape, b.shape))]
+
+
+def _matmul_kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.asarray(np.matmul(_compute(a), _compute(b))).astype(a.dtype, copy=False)
+
+
+def _matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Explicit loops over the broadcast batch, rows and columns, summing in float64/int."""
+    a2 = a[np.newaxis, :] if a.ndim == 1 else a
+    b2 = b[:, np.newaxis] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    wide = np.float64 if dtypes.is_floating(a.dtype) else object
+    aa = np.broadcast_to(a2.astype(wide), batch + (m, k))
+    bb = np.broadcast_to(b2.astype(wide), batch + (k, n))
+    out = np.zeros(batch + (m, n), dtype=wide)
+    for idx in np.ndindex(*batch):
+        for i in range(m):
+            for j in range(n):
+                out[idx + (i, j)] = sum((aa[idx + (i, p)] * bb[idx + (p, j)] for p in range(k)), 0)
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    if wide is object:
+        info = np.iinfo(a.dtype)  # wrap like fixed-width integers do
+        span = int(info.max) - int(info.min) + 1
+        flat = [((int(v) - int(info.min)) % span) + int(info.min) for v in out.reshape(-1)]
+        return np.asarray(flat, dtype=a.dtype).reshape(out.shape)
+    return out.astype(a.dtype)
+
+
+def _matmul_samples() -> list[Sample]:
+    cases = (
+        ((3, 4), (4, 5), dtypes.float32),
+        ((2, 3, 4), (4, 2), dtypes.float64),  # batch x matrix
+        ((2, 1, 3, 4), (5, 4, 2), dtypes.float32),  # broadcast batches
+        ((4,), (4, 3), dtypes.int32),  # 1-D promotion on the left
+        ((2, 3, 4), (4,), dtypes.int64),  # 1-D promotion on the right
+        ((4,), (4,), dtypes.float32),  # inner product -> 0-d
+        ((0, 3), (3, 2), dtypes.float32),  # empty rows
+        ((2, 0), (0, 3), dtypes.float64),  # empty contraction: zeros
+        ((1, 1), (1, 1), dtypes.uint32),
+        ((3, 4), (4, 2), dtypes.float16),
+        ((2, 3), (3, 2), dtypes.bfloat16),
+    )
+    out = []
+    for sa, sb, dt in cases:
+        low = 0 if dt == dtypes.uint32 else -3
+        a = sample_array(sa, dt, low, 3)
+        b = sample_array(sb, dt, low, 3)
+        out.append(Sample((a, b), {}, _matmul_reference, name=f"{dt.name}{sa}@{sb}"))
+    return out
+
+
+register(
+    OpDef(
+        name="MatMul",
+        doc="numpy.matmul: matrix product over the last two axes, batch axes broadcast, a 1-D "
+        "operand promoted to a matrix (the added axis is removed from the result).",
+        inputs=(Input("A"), Input("B")),
+        outputs=("Y",),
+        infer=_matmul_infer,
+        kernel=_matmul_kernel,
+        samples=_matmul_samples,
+        since_version=13,
+    )
+)
+
+
+# -- Gemm ----------------------------------------------------------------------------------
+
+
+def _gemm_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    a = require("Gemm", "A", inputs[0])
+    b = require("Gemm", "B", inputs[1])
+    c = inputs[2] if len(inputs) > 2 else None
+    require_dtype("Gemm", "A", a, MATMUL_DTYPES)
+    require_same_dtype("Gemm", (a, b, c), ("A", "B", "C"))
+    for arg, t in (("A", a), ("B", b)):
+        if t.ndim != 2:
+            raise OpArgumentError(
+                f"Gemm: input {arg!r} must be a matrix (rank 2), got shape {format_shape(t.shape)}"
+            )
+    m, ka = (a.shape[1], a.shape[0]) if attrs["transA"] else a.shape
+    kb, n = (b.shape[1], b.shape[0]) if attrs["transB"] else b.shape
+    if _static_mismatch(ka, kb):
+        raise OpArgumentError(
+            f"Gemm: inputs 'A' {format_shape(a.shape)} (transA={attrs['transA']}) and 'B' "
+            f"{format_shape(b.shape)} (transB={attrs['transB']}) do not contract: "
+            f"A' has {ka} columns but B' has {kb} rows"
+        )
+    if c is not None:
+        ok = c.ndim <= 2 and all(
+            not _static_mismatch(cd, td) or cd == 1 for cd, td in zip(c.shape[::-1], (n, m))
+        )
+        if not ok:
+            raise OpArgumentError(
+                f"Gemm: input 'C' {format_shape(c.shape)} does not broadcast to the output shape "
+                f"{format_shape((m, n))}"
+            )
+    return [TensorType(a.dtype, (m, n))]
+
+
+def _gemm_kernel(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,  # noqa: N803 - ONNX's attribute name
+    transB: int = 0,  # noqa: N803
+) -> np.ndarray:
+    aa = _compute(a.T if transA else a)
+    bb = _compute(b.T if transB else b)
+    y = np.matmul(aa, bb)
+    if not dtypes.is_floating(y.dtype):
+        # Integers: alpha and beta are floats, so scale in float64 and truncate back.
+        scaled = y.astype(np.float64) * alpha if alpha != 1.0 else y
+        if c is not None and beta != 0.0:
+            scaled = scaled + (c.astype(np.float64) * beta if beta != 1.0 else c)
+        return np.asarray(scaled).astype(a.dtype)
+    if alpha != 1.0:
+        y = y * y.dtype.type(alpha)
+    if c is not None and beta != 0.0:
+        cc = _compute(c)
+        y = y + (cc * cc.dtype.type(beta) if beta != 1.0 else cc)
+    return np.asarray(y).astype(a.dtype, copy=False)
+
+
+def _gemm_reference(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None = None,
+    *,
+    alpha: float,
+    beta: float,
+    transA: int,  # noqa: N803
+    transB: int,  # noqa: N803
+) -> np.ndarray:
+    aa = (a.T if transA else a).astype(np.float64)
+    bb = (b.T if transB else b).astype(np.float64)
+    m, k = aa.shape
+    n = bb.shape[1]
+    out = np.zeros((m, n))
+    for i in range(m):
+        for j in range(n):
+            out[i, j] = alpha * sum(aa[i, p] * bb[p, j] for p in range(k))
+    if c is not None:
+        out = out + beta * np.broadcast_to(c.astype(np.float64), (m, n))
+    return np.trunc(out).astype(a.dtype) if dtypes.is_integer(a.dtype) else out.astype(a.dtype)
+
+
+def _gemm_samples() -> list[Sample]:
+    cases: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None, dict], ...] = (
+        ((3, 4), (4, 5), (3, 5), {}),
+        ((4, 3), (4, 5), (5,), {"transA": 1, "alpha": 0.5}),
+        ((3, 4), (5, 4), (3, 1), {"transB": 1, "beta": 2.0}),
+        ((4, 3), (5, 4), (), {"transA": 1, "transB": 1, "alpha": 2.0, "beta": -1.0}),
+        ((3, 4), (4, 2), None, {}),
+        ((3, 4), (4, 2), (1, 2), {"beta": 0.0}),
+        ((0, 4), (4, 2), (2,), {}),
+        ((1, 1), (1, 1), (1, 1), {}),
+    )
+    out = []
+    for i, (sa, sb, sc, attrs) in enumerate(cases):
+        dt = (dtypes.float32, dtypes.float64, dtypes.int64, dtypes.float16)[i % 4]
+        a = sample_array(sa, dt, -3, 3)
+        b = sample_array(sb, dt, -3, 3)
+        inputs = (a, b) if sc is None else (a, b, sample_array(sc, dt, -3, 3))
+        out.append(Sample(inputs, attrs, _gemm_reference, name=f"{dt.name}{sa}{sb}{sc}{attrs}"))
+    return out
+
+
+register(
+    OpDef(
+        name="Gemm",
+        doc="alpha * A' @ B' + beta * C on matrices, A' = A.T when transA, B' = B.T when transB; "
+        "C (optional) broadcasts to the (M, N) output.",
+        inputs=(Input("A"), Input("B"), Input("C", optional=True)),
+        outputs=("Y",),
+        attrs={
+            "alpha": Attr("float", 1.0),
+            "beta": Attr("float", 1.0),
+            "transA": Attr("int", 0),
+            "transB": Attr("int", 0),
+        },
+        infer=_gemm_infer,
+        kernel=_gemm_kernel,
+        samples=_gemm_samples,
+        since_version=13,
+    )
+)
+
+
+# -- Einsum --------------------------------------------------------------------------------
+
+ELLIPSIS = "..."
+_LABELS = frozenset(string.ascii_letters)
+
+
+@dataclass(frozen=True)
+class EinsumEquation:
+    """A parsed einsum equation: per-operand label lists and the output labels.
+
+    ``"..."`` stands for the broadcast (ellipsis) axes wherever it appears.
+    """
+
+    inputs: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+
+
+def _parse_term(equation: str, term: str) -> tuple[str, ...]:
+    labels: list[str] = []
+    i = 0
+    while i < len(term):
+        if term.startswith(ELLIPSIS, i):
+            if ELLIPSIS in labels:
+                raise OpArgumentError(
+                    f"Einsum: equation {equation!r}: term {term!r} has more than one ellipsis"
+                )
+            labels.append(ELLIPSIS)
+            i += 3
+        elif term[i] in _LABELS:
+            labels.append(term[i])
+            i += 1
+        else:
+            raise OpArgumentError(
+                f"Einsum: equation {equation!r}: invalid character {term[i]!r} in term "
+                f"{term!r}; expected letters a-z, A-Z and '...'"
+            )
+    return tuple(labels)
+
+
+def parse_einsum(equation: str, num_inputs: int) -> EinsumEquation:
+    """Parse ``equation`` for ``num_inputs`` operands; implicit mode fills in the output.
+
+    In implicit mode (no ``->``) the output is the ellipsis axes (if any operand has them) and
+    then the labels that appear exactly once, in alphabetical (ASCII) order.
+
+    Example:
+        >>> parse_einsum("ij,jk", 2).output
+        ('i', 'k')
+    """
+    text = equation.replace(" ", "")
+    if text.count("->") > 1:
+        raise OpArgumentError(f"Einsum: equation {equation!r} has more than one '->'")
+    lhs, arrow, rhs = text.partition("->")
+    terms = tuple(_parse_term(equation, t) for t in lhs.split(","))
+    if len(terms) != num_inputs:
+        raise OpArgumentError(
+            f"Einsum: equation {equation!r} has {len(terms)} input term(s) but {num_inputs} "
+            "input(s) were given"
+        )
+    if arrow:
+        output = _parse_term(equation, rhs)
+        seen = {label for term in terms for label in term}
+        for label in output:
+            if label != ELLIPSIS and label not in seen:
+                raise OpArgumentError(
+                    f"Einsum: equation {equation!r}: output label {label!r} does not appear in "
+                    "any input term"
+                )
+        if len(set(output)) != len(output):
+            raise OpArgumentError(f"Einsum: equation {equation!r}: the output repeats a label")
+    else:
+        counts: dict[str, int] = {}
+        for term in terms:
+            for label in term:
+                counts[label] = counts.get(label, 0) + 1
+        once = sorted(lb for lb, c in counts.items() if c == 1 and lb != ELLIPSIS)
+        has_ellipsis = any(ELLIPSIS in term for term in terms)
+        output = ((ELLIPSIS,) if has_ellipsis else ()) + tuple(once)
+    return EinsumEquation(terms, output)
+
+
+def einsum_shape(equation: str, shapes: Sequence[Shape]) -> Shape:
+    """The output shape of ``np.einsum(equation, *operands)`` for operands of ``shapes``.
+
+    Example:
+        >>> einsum_shape("...ij,jk->...ik", [(2, 5, 3, 4), (4, 6)])
+        (2, 5, 3, 6)
+    """
+    eq = parse_einsum(equation, len(shapes))
+    sizes: dict[str, Dim] = {}
+    ellipsis_shapes: list[Shape] = []
+    for index, (term, shape) in enumerate(zip(eq.inputs, shapes)):
+        letters = [label for label in term if label != ELLIPSIS]
+        if ELLIPSIS in term:
+            extra = len(shape) - len(letters)
+            if extra < 0:
+                raise OpArgumentError(
+                    f"Einsum: equation {equation!r}: input {index} has shape "
+                    f"{format_shape(shape)}, fewer axes than the {len(letters)} labels of its "
+                    "term"
+                )
+            at = term.index(ELLIPSIS)
+            ellipsis_shapes.append(tuple(shape[at : at + extra]))
+            dims = list(shape[:at]) + list(shape[at + extra :])
+        else:
+            if len(shape) != len(letters):
+                raise OpArgumentError(
+                    f"Einsum: equation {equation!r}: input {index} has rank {len(shape)} "
+                    f"(shape {format_shape(shape)}) but its term {''.join(term)!r} has "
+                    f"{len(letters)} labels"
+                )
+            dims = list(shape)
+        own: dict[str, Dim] = {}
+        for label, d in zip(letters, dims):
+            if label in own and _static_mismatch(own[label], d):
+                raise OpArgumentError(
+                    f"Einsum: equation {equation!r}: label {label!r} repeats in input {index} "
+                    f"(shape {format_shape(shape)}) with different sizes {own[label]} and {d}"
+                )
+            own[label] = d
+            if label in sizes:
+                try:
+                    sizes[label] = broadcast_dim(sizes[label], d)
+                except ValueError:
+                    raise OpArgumentError(
+                        f"Einsum: equation {equation!r}: label {label!r} has size "
+                        f"{sizes[label]} in one input and {d} in input {index} (shapes "
+                        f"{', '.join(format_shape(s) for s in shapes)})"
+                    ) from None
+            else:
+                sizes[label] = d
+    ellipsis = broadcast("Einsum", *ellipsis_shapes) if ellipsis_shapes else ()
+    if ELLIPSIS not in eq.output and len(ellipsis) > 0:
+        raise OpArgumentError(
+            f"Einsum: equation {equation!r}: the inputs have {len(ellipsis)} broadcast "
+            "(ellipsis) axes, but the output has no '...' to hold them"
+        )
+    out: list[Dim] = []
+    for label in eq.output:
+        out.extend(ellipsis if label == ELLIPSIS else (sizes[label],))
+    return tuple(out)
+
+
+def _einsum_infer(
+    inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
+) -> list[TensorType]:
+    if not inputs:
+        raise OpArgumentError("Einsum: needs at least one input")
+    types = [require("Einsum", f"Inputs[{i}]", t) for i, t in enumerate(inputs)]
+    require_dtype("Einsum", "Inputs[0]", types[0], NUMERIC)
+    require_same_dtype("Einsum", types, [f"Inputs[{i}]" for i in range(len(types))])
+    shape = einsum_shape(attrs["equation"], [t.shape for t in types])
+    return [TensorType(types[0].dtype, shape)]
+
+
+def _einsum_kernel(*operands: np.ndarray, equation: str) -> np.ndarray:
+    result = np.einsum(equation, *(_compute(x) for x in operands))
+    return np.array(result, dtype=operands[0].dtype)
+
+
+def _einsum_reference(*operands: np.ndarray, equation: str) -> np.ndarray:
+    """Explicit loops over every label's range, multiplying in float64 / Python ints."""
+    eq = parse_einsum(equation, len(operands))
+    # Give the ellipsis axes their own labels (digits), broadcasting as NumPy does.
+    n_ell = max(
+        (x.ndim - (len(t) - 1) for t, x in zip(eq.inputs, operands) if ELLIPSIS in t), default=0
+    )
+    ell = tuple(str(i) for i in range(n_ell))
+    terms = []
+    for t, x in zip(eq.inputs, operands):
+        if ELLIPSIS in t:
+            k = x.ndim - (len(t) - 1)
+            at = t.index(ELLIPSIS)
+            t = t[:at] + ell[n_ell - k :] + t[at + 1 :]
+        terms.append(t)
+    out_labels = []
+    for label in eq.output:
+        out_labels.extend(ell if label == ELLIPSIS else (label,))
+    sizes: dict[str, int] = {}
+    for t, x in zip(terms, operands):
+        for label, d in zip(t, x.shape):
+            sizes[label] = max(sizes.get(label, 1), d) if d != 0 else 0
+    labels = sorted(sizes)
+    wide = np.float64 if dtypes.is_floating(operands[0].dtype) else object
+    out = np.zeros(tuple(sizes[lb] for lb in out_labels), dtype=wide)
+    for values in np.ndindex(*(sizes[lb] for lb in labels)):
+        env = dict(zip(labels, values))
+        term_product: Any = 1
+        for t, x in zip(terms, operands):
+            idx = tuple(0 if x.shape[i] == 1 else env[lb] for i, lb in enumerate(t))
+            term_product = term_product * (float(x[idx]) if wide is np.float64 else int(x[idx]))
+        out[tuple(env[lb] for lb in out_labels)] += term_product
+    return out.astype(operands[0].dtype)
+
+
+def _einsum_samples() -> list[Sample]:
+    cases: tuple[tuple[str, tuple[tuple[int, ...], ...], np.dtype], ...] = (
+        ("ij,jk->ik", ((3, 4), (4, 2)), dtypes.float32),
+        ("ij,jk", ((2, 3), (3, 2)), dtypes.int32),  # implicit output
+        ("bij,bjk->bik", ((2, 3, 4), (2, 4, 2)), dtypes.float64),
+        ("...ij,...jk->...ik", ((2, 1, 3, 4), (5, 4, 2)), dtypes.float32),
+        ("...i,i", ((2, 3, 4), (4,)), dtypes.int64),  # implicit with ellipsis
+        ("ii->i", ((3, 3),), dtypes.float32),  # diagonal
+        ("ii", ((3, 3),), dtypes.int32),  # trace
+        ("ij->ji", ((2, 3),), dtypes.float64),
+        ("i,j->ij", ((3,), (4,)), dtypes.float16),
+        ("ij->", ((0, 3),), dtypes.float32),  # sum of nothing
+        ("i j , j -> i", ((2, 3), (3,)), dtypes.uint8),  # spaces
+        ("Ab,bC", ((2, 3), (3, 1)), dtypes.float32),  # upper case labels
+        ("ij,ij->ij", ((2, 3), (1, 3)), dtypes.float32),  # size-1 label broadcast
+    )
+    out = []
+    for equation, shapes, dt in cases:
+        low = 0 if dt == dtypes.uint8 else -3
+        inputs = tuple(sample_array(s, dt, low, 3) for s in shapes)
+        out.append(
+            Sample(
+                inputs,
+                {"equation": equation},
+                _einsum_reference,
+                name=f"{dt.name}:{equation}",
+            )
+        )
+    return out
+
+
+register(
+    OpDef(
+        name="Einsum",
+        doc="Einstein summation over the inputs by ``equation`` (NumPy's einsum grammar: letters, "
+        "'...', explicit '->' output or implicit output).",
+        inputs=(Input("Inputs", variadic=True),),
+        outputs=("Output",),
+        attrs={"equation": Attr("str")},
+        infer=_einsum_infer,
+        kernel=_einsum_kernel,
+        traits=frozenset({PURE}),
+        samples=_einsum_samples,
+        since_version=12,
+    )
+)

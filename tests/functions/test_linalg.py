@@ -1,0 +1,187 @@
+"""Linear-algebra front doors against NumPy 2: value, dtype and shape; ``t @ w`` and NumPy
+dispatch (np.matmul, np.dot, np.einsum ...)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.errors import OpArgumentError, UnsupportedOperationError
+from kiln.ops.sampling import sample_array
+
+from ..numerics import assert_close
+
+DTYPES = ["bool", "int8", "int32", "int64", "uint8", "float16", "float32", "float64"]
+
+
+def _data(shape, dtype):
+    return sample_array(shape, dtype, 0 if np.dtype(dtype).kind in "ub" else -3, 4)
+
+
+def _check(got, expected, what=""):
+    assert isinstance(got, kiln.Tensor), what
+    loose = {"rtol": 1e-2, "atol": 1e-2} if np.asarray(expected).dtype == np.float16 else {}
+    assert_close(got, expected, what=what, **loose)
+
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((2, 3, 4), (4, 2)),
+    ((2, 1, 3, 4), (5, 4, 2)),
+    ((4,), (4, 3)),
+    ((2, 3, 4), (4,)),
+    ((4,), (4,)),
+    ((0, 3), (3, 2)),
+    ((2, 0), (0, 3)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sa, sb", MATMUL_SHAPES)
+def test_matmul(dtype, sa, sb) -> None:
+    a, b = _data(sa, dtype), _data(sb, dtype)
+    _check(kiln.matmul(kiln.asarray(a), kiln.asarray(b)), np.matmul(a, b), f"{sa}@{sb}")
+    _check(kiln.asarray(a) @ kiln.asarray(b), a @ b)
+    _check(np.matmul(kiln.asarray(a), b), np.matmul(a, b))
+
+
+@pytest.mark.parametrize("da, db", [("int8", "float32"), ("uint8", "int8"), ("bool", "int32")])
+def test_matmul_promotes_like_numpy(da, db) -> None:
+    a, b = _data((2, 3), da), _data((3, 2), db)
+    _check(kiln.asarray(a) @ kiln.asarray(b), a @ b)
+    _check(np.matmul(a, kiln.asarray(b)), np.matmul(a, b))
+
+
+def test_matmul_errors() -> None:
+    with pytest.raises(ValueError, match=r"MatMul: inputs 'A' \(2, 3\) and 'B' \(4, 2\)"):
+        kiln.tensor(np.ones((2, 3))) @ kiln.tensor(np.ones((4, 2)))
+    with pytest.raises(ValueError, match="must have rank >= 1"):
+        kiln.matmul(kiln.tensor(np.ones(3)), 2.0)
+
+
+DOT_SHAPES = [
+    ((), (3,)),
+    ((3,), ()),
+    ((3,), (3,)),
+    ((2, 3), (3, 4)),
+    ((2, 3), (3,)),
+    ((3,), (3, 4)),
+    ((2, 2, 3), (3,)),
+    ((3,), (2, 3, 4)),
+    ((2, 3, 4), (4, 5)),
+    ((2, 3, 4), (5, 4, 2)),  # N-D x M-D: sum over a[-1] and b[-2]
+]
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int64", "float16", "float32"])
+@pytest.mark.parametrize("sa, sb", DOT_SHAPES)
+def test_dot(dtype, sa, sb) -> None:
+    a, b = _data(sa, dtype), _data(sb, dtype)
+    _check(kiln.dot(kiln.asarray(a), kiln.asarray(b)), np.dot(a, b), f"dot{sa}{sb}")
+    _check(np.dot(kiln.asarray(a), b), np.dot(a, b))
+    if a.ndim:
+        _check(kiln.asarray(a).dot(b), a.dot(b))
+
+
+def test_dot_scalars_are_strong_and_shapes_must_align() -> None:
+    a = _data((3,), "int8")
+    _check(kiln.dot(kiln.asarray(a), 2), np.dot(a, 2))  # int64, as NumPy converts 2 to an array
+    with pytest.raises(OpArgumentError, match=r"dot: shapes \(2, 3\) and \(1, 4\) are not aligned"):
+        kiln.dot(kiln.tensor(np.ones((2, 3))), kiln.tensor(np.ones((1, 4))))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "bool"])
+def test_inner_outer_vdot(dtype) -> None:
+    for sa, sb in [((3,), (3,)), ((2, 3), (4, 3)), ((2, 2, 3), (3,)), ((), (2, 3))]:
+        a, b = _data(sa, dtype), _data(sb, dtype)
+        _check(kiln.inner(kiln.asarray(a), kiln.asarray(b)), np.inner(a, b), f"inner{sa}{sb}")
+        _check(np.inner(kiln.asarray(a), b), np.inner(a, b))
+    for sa, sb in [((3,), (4,)), ((2, 2), (3,)), ((), (2,))]:
+        a, b = _data(sa, dtype), _data(sb, dtype)
+        _check(kiln.outer(kiln.asarray(a), kiln.asarray(b)), np.outer(a, b), f"outer{sa}{sb}")
+        _check(np.outer(kiln.asarray(a), b), np.outer(a, b))
+    if dtype != "bool":  # np.vdot has no bool loop
+        a, b = _data((2, 3), dtype), _data((3, 2), dtype)
+        _check(kiln.vdot(kiln.asarray(a), kiln.asarray(b)), np.vdot(a, b))
+
+
+@pytest.mark.parametrize(
+    "sa, sb, axes",
+    [
+        ((3, 4), (4, 3), 1),
+        ((2, 3, 4), (3, 4, 5), 2),
+        ((3, 4), (3, 4), 0),
+        ((2, 3, 4), (4, 2, 3), ([0, 1], [1, 2])),
+        ((2, 3, 4), (4, 3), ([-1, 1], [0, -1])),
+    ],
+)
+def test_tensordot(sa, sb, axes) -> None:
+    a, b = _data(sa, "float64"), _data(sb, "int32")
+    _check(kiln.tensordot(kiln.asarray(a), kiln.asarray(b), axes), np.tensordot(a, b, axes))
+    _check(np.tensordot(kiln.asarray(a), b, axes=axes), np.tensordot(a, b, axes=axes))
+
+
+def test_tensordot_errors() -> None:
+    a, b = kiln.tensor(np.ones((2, 3))), kiln.tensor(np.ones((2, 3)))
+    with pytest.raises(OpArgumentError, match="not aligned"):
+        kiln.tensordot(a, b, 1)
+    with pytest.raises(OpArgumentError, match="pair 2 axes of a with 1 of b"):
+        kiln.tensordot(a, b, ([0, 1], [0]))
+
+
+@pytest.mark.parametrize(
+    "equation, shapes",
+    [
+        ("ij,jk->ik", [(3, 4), (4, 2)]),
+        ("ij,jk", [(3, 4), (4, 2)]),
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+        ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+        ("ii->i", [(3, 3)]),
+        ("ii", [(3, 3)]),
+        ("ij->", [(0, 3)]),
+        ("i,j->ij", [(3,), (2,)]),
+        ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int64", "float32"])
+def test_einsum(equation, shapes, dtype) -> None:
+    ops = [_data(s, dtype) for s in shapes]
+    _check(kiln.einsum(equation, *map(kiln.asarray, ops)), np.einsum(equation, *ops), equation)
+
+
+def test_einsum_numpy_dispatch_and_promotion() -> None:
+    t, w = _data((2, 3), "float32"), _data((3, 4), "int8")
+    _check(np.einsum("ij,jk->ik", kiln.asarray(t), kiln.asarray(w)), np.einsum("ij,jk->ik", t, w))
+    _check(
+        kiln.einsum("ij,jk", kiln.asarray(t), w, dtype=np.float64),
+        np.einsum("ij,jk", t, w, dtype=np.float64),
+    )
+    with pytest.raises(UnsupportedOperationError, match="only the string form"):
+        kiln.einsum(kiln.asarray(t), [0, 1], kiln.asarray(w), [1, 2])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float16", "float32", "float64"])
+def test_norm(dtype) -> None:
+    x = _data((3, 4), dtype)
+    t = kiln.asarray(x)
+    for kwargs in (
+        {},
+        {"axis": 1},
+        {"axis": (0, 1)},
+        {"axis": -1, "ord": 1},
+        {"ord": "fro"},
+        {"axis": 0, "ord": 2, "keepdims": True},
+    ):
+        _check(kiln.norm(t, **kwargs), np.linalg.norm(x, **kwargs), f"norm{kwargs}")
+    _check(np.linalg.norm(t), np.linalg.norm(x))
+    with pytest.raises(UnsupportedOperationError, match="ord=inf"):
+        kiln.norm(t, ord=np.inf)
+
+
+def test_tensor_methods() -> None:
+    a, b = _data((2, 3), "float32"), _data((3, 4), "float32")
+    ta = kiln.asarray(a)
+    _check(ta.dot(b), a.dot(b))
+    _check(ta @ b, a @ b)
+    _check(a @ kiln.asarray(b), a @ b)  # ndarray @ Tensor defers to Tensor.__rmatmul__

@@ -1,0 +1,204 @@
+"""Elementwise operators beyond the generic sample harness: error messages, value propagation
+on symbolic sizes, ONNX integer division semantics, NaN handling."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.errors import OpArgumentError, OpTypeError
+from kiln.ops.dispatch import call, dispatch
+from kiln.ops.elementwise import erf
+from kiln.ops.registry import TensorType, get_op
+from kiln.symbolic import SymDim, dim_max, dim_min, floordiv, mod, symbol
+
+from ..numerics import assert_close
+
+B = symbol("B")
+I64 = np.dtype(np.int64)
+F32 = np.dtype(np.float32)
+
+
+def _t(values, dtype=np.int64):
+    return kiln.asarray(np.asarray(values, dtype=dtype))
+
+
+def _value(op, *types, **attrs):
+    opdef = get_op(op)
+    (out,) = opdef.infer(list(types), opdef.bind_attrs(attrs))
+    return out
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def test_wrong_dtype_names_op_and_argument() -> None:
+    with pytest.raises(OpTypeError, match=r"Exp: input 'X' has dtype int64; expected one of"):
+        call("Exp", _t([1]))
+    with pytest.raises(OpTypeError, match=r"BitwiseAnd: input 'A' has dtype float32"):
+        call("BitwiseAnd", _t([1.0], F32), _t([1.0], F32))
+    with pytest.raises(OpTypeError, match=r"Pow: input 'X' has dtype int8"):
+        call("Pow", _t([1], np.int8), _t([1], np.int8))
+    with pytest.raises(OpTypeError, match=r"Where: input 'condition' has dtype int64"):
+        call("Where", _t([1]), _t([1]), _t([2]))
+
+
+def test_mixed_dtypes_name_both_inputs() -> None:
+    with pytest.raises(OpTypeError, match=r"Add: inputs 'A' \(int64\) and 'B' \(float32\)"):
+        call("Add", _t([1]), _t([1.0], F32))
+    with pytest.raises(OpTypeError, match=r"Max: inputs 'data_0' \(int64\) and 'data_2'"):
+        call("Max", _t([1]), _t([2]), _t([1.0], F32))
+
+
+def test_shapes_that_do_not_broadcast() -> None:
+    with pytest.raises(OpArgumentError, match=r"Mul: shapes \(2, 3\) and \(4,\) do not broadcast"):
+        call("Mul", _t(np.zeros((2, 3))), _t(np.zeros(4)))
+    with pytest.raises(OpArgumentError, match=r"Where: shapes .* do not broadcast"):
+        call("Where", _t([True, False], bool), _t([1, 2, 3]), _t([1]))
+    with pytest.raises(OpArgumentError, match="Sum: shapes"):
+        call("Sum", _t([1, 2]), _t([1, 2, 3]))
+
+
+def test_unknown_or_bad_attributes() -> None:
+    with pytest.raises(OpArgumentError, match=r"Relu: unknown attribute\(s\) alpha"):
+        call("Relu", _t([1.0], F32), alpha=0.1)
+    with pytest.raises(OpArgumentError, match="Gelu: attribute 'approximate' must be"):
+        call("Gelu", _t([1.0], F32), approximate="erf")
+    with pytest.raises(OpArgumentError, match="Mod: floating-point inputs .* need fmod=1"):
+        call("Mod", _t([1.0], F32), _t([1.0], F32))
+    with pytest.raises(OpArgumentError, match="Mod: attribute 'fmod' must be 0 or 1"):
+        call("Mod", _t([1]), _t([1]), fmod=2)
+
+
+def test_clip_bounds_must_be_scalars() -> None:
+    with pytest.raises(OpArgumentError, match="Clip: input 'min' must be a scalar"):
+        call("Clip", _t([1.0, 2.0], F32), _t([0.0, 1.0], F32))
+    with pytest.raises(OpTypeError, match="Clip: inputs 'input' .* and 'max'"):
+        call("Clip", _t([1.0], F32), None, _t(1))
+
+
+def test_variadic_needs_an_input() -> None:
+    with pytest.raises(OpArgumentError, match="Max takes one or more inputs"):
+        dispatch("Max", [])
+
+
+# -- value propagation ---------------------------------------------------------------------
+
+
+def _int_type(*values):
+    shape = () if len(values) == 1 and not isinstance(values[0], tuple) else (len(values),)
+    return TensorType(I64, shape, tuple(values))
+
+
+def test_arithmetic_propagates_symbolic_values() -> None:
+    shape = TensorType(I64, (2,), (B, 3))
+    four = TensorType(I64, (), (4,))
+    assert _value("Mul", shape, four).value == (B * 4, 12)
+    assert _value("Add", shape, four).value == (B + 4, 7)
+    assert _value("Sub", four, shape).value == (4 - B, 1)
+    assert _value("Div", TensorType(I64, (2,), (B * 4, 12)), four).value == (B, 3)
+    assert _value("Div", shape, four).value == (floordiv(B, 4), 0)
+    assert _value("Mod", shape, four).value == (mod(B, 4), 3)
+    assert _value("Neg", shape).value == (-B, -3)
+    assert _value("Identity", shape).value == (B, 3)
+    assert _value("Max", shape, TensorType(I64, (2,), (1, 5))).value == (dim_max(B, 1), 5)
+    assert _value("Min", shape, four).value == (dim_min(B, 4), 3)
+    assert _value("Sum", shape, four, TensorType(I64, (1,), (1,))).value == (B + 5, 8)
+
+
+def test_value_propagation_uses_onnx_integer_semantics() -> None:
+    a = TensorType(I64, (4,), (7, -7, 7, -7))
+    b = TensorType(I64, (4,), (2, 2, -2, -2))
+    assert _value("Div", a, b).value == (3, -3, -3, 3)  # truncation toward zero
+    assert _value("Mod", a, b).value == (1, 1, -1, -1)  # sign of the divisor
+    assert _value("Mod", a, b, fmod=1).value == (1, -1, 1, -1)  # sign of the dividend
+    wrapped = _value(
+        "Add",
+        TensorType(np.dtype(np.int8), (1,), (127,)),
+        TensorType(np.dtype(np.int8), (1,), (1,)),
+    )
+    assert wrapped.value == (-128,)
+
+
+def test_value_propagation_stops_when_unknown() -> None:
+    known = TensorType(I64, (2,), (B, 3))
+    unknown = TensorType(I64, (2,))
+    assert _value("Add", known, unknown).value is None
+    assert _value("Div", known, TensorType(I64, (), (0,))).value is None  # no x / 0 sizes
+    floats = TensorType(F32, (2,))
+    assert _value("Add", floats, floats).value is None
+    assert _value("Equal", known, known).value is None
+
+
+def test_eager_tensors_carry_values_through_arithmetic() -> None:
+    out = call("Mul", _t([2, 3]), _t(4))
+    assert out.type.value == (8, 12)
+    assert isinstance(_value("Add", TensorType(I64, (1,), (B,)), _int_type(1)).value[0], SymDim)
+
+
+def test_symbolic_shapes_broadcast() -> None:
+    x = TensorType(F32, (B, 1, 4))
+    y = TensorType(F32, (3, 1))
+    assert _value("Add", x, y).shape == (B, 3, 4)
+    assert _value("Where", TensorType(np.dtype(bool), (B, 1, 1)), x, y).shape == (B, 3, 4)
+    assert _value("Gelu", x).shape == (B, 1, 4)
+    assert _value("Mean", x, y, TensorType(F32, ())).shape == (B, 3, 4)
+
+
+# -- semantics -----------------------------------------------------------------------------
+
+
+def test_integer_div_truncates_and_mod_follows_fmod() -> None:
+    a = np.array([7, -7, 7, -7, -128, 5], dtype=np.int8)
+    b = np.array([2, 2, -2, -2, 3, 0], dtype=np.int8)
+    assert call("Div", _t(a, np.int8), _t(b, np.int8)).tolist() == [3, -3, -3, 3, -42, 0]
+    assert call("Mod", _t(a, np.int8), _t(b, np.int8)).tolist() == [1, 1, -1, -1, 1, 0]
+    assert call("Mod", _t(a, np.int8), _t(b, np.int8), fmod=1).tolist() == [1, -1, 1, -1, -2, 0]
+    f = np.array([7.5, -7.5], dtype=np.float32)
+    assert call("Mod", _t(f, F32), _t([2.0, 2.0], F32), fmod=1).tolist() == [1.5, -1.5]
+
+
+def test_pow_keeps_base_dtype() -> None:
+    out = call("Pow", _t([2.0, 3.0], F32), _t([2, 3], np.int32))
+    assert out.dtype == F32 and out.tolist() == [4.0, 27.0]
+    out = call("Pow", _t([2, -1, 1, 3]), _t([-1, -3, -2, 2]))
+    assert out.dtype == I64 and out.tolist() == [0, -1, 1, 9]
+
+
+def test_nan_handling() -> None:
+    x = _t([np.nan, 1.0, -np.inf, np.inf], F32)
+    y = _t([0.0, np.nan, 0.0, 0.0], F32)
+    assert np.isnan(call("Max", x, y).numpy()[:2]).all()
+    assert np.isnan(call("Min", y, x).numpy()[:2]).all()
+    assert call("IsNaN", x).tolist() == [True, False, False, False]
+    assert call("IsInf", x).tolist() == [False, False, True, True]
+    assert call("IsInf", x, detect_negative=0).tolist() == [False, False, False, True]
+    assert call("Equal", x, x).tolist() == [False, True, True, True]
+    assert np.isnan(call("Relu", x).numpy()[0])
+    assert np.isnan(call("Sign", x).numpy()[0])
+    assert np.isnan(call("Clip", x, _t(0.0, F32), _t(1.0, F32)).numpy()[0])
+    assert np.isnan(call("Round", x).numpy()[0])
+    assert np.isnan(call("Erf", x).numpy()[0])
+    assert call("Erf", x).tolist()[2:] == [-1.0, 1.0]
+
+
+def test_round_is_half_to_even() -> None:
+    x = _t([0.5, 1.5, 2.5, -0.5, -1.5], F32)
+    assert call("Round", x).tolist() == [0.0, 2.0, 2.0, -0.0, -2.0]
+
+
+def test_erf_is_accurate_in_float64() -> None:
+    xs = np.concatenate([np.linspace(-7, 7, 2001), [1e-300, -1e-12, 0.0, 1.0, 3.0, 6.0]])
+    expected = np.array([math.erf(v) for v in xs])
+    assert_close(erf(xs), expected, rtol=4e-15, atol=0)
+
+
+def test_stable_activations_at_extremes() -> None:
+    x = _t([-100.0, 100.0, 0.0], F32)
+    assert_close(call("Sigmoid", x), np.array([math.exp(-100), 1.0, 0.5], F32))
+    assert_close(call("Softplus", x), np.array([0.0, 100.0, math.log(2)], F32))
+    h = _t([-20.0, 20.0], np.float16)
+    assert call("Softplus", h).tolist() == [0.0, 20.0]
