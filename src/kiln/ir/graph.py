@@ -297,6 +297,20 @@ class ModelGraph:
             self.finalize()
         return report
 
+    # -- ONNX -----------------------------------------------------------------------------
+
+    def save(self, path: object) -> None:
+        """Write the graph as an ONNX model file (needs the ``onnx`` extra)."""
+        from ..io.onnx_export import save
+
+        save(self, path)
+
+    def to_onnx(self) -> object:
+        """The graph as an ``onnx.ModelProto`` (needs the ``onnx`` extra)."""
+        from ..io.onnx_export import to_onnx
+
+        return to_onnx(self)
+
     # -- checks and printing -------------------------------------------------------------
 
     def verify(self) -> None:
