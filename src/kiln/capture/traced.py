@@ -70,10 +70,10 @@ class TracedGraph:
         """The pytree structure of the traced result."""
         return self._outputs.spec
 
-    def finalize(self) -> None:
+    def finalize(self, engine: str | None = None) -> None:
         """Ready the graph to run (:meth:`ModelGraph.finalize`); calling it again changes
         nothing."""
-        self.graph.finalize()
+        self.graph.finalize(engine)
 
     def is_finalized(self) -> bool:
         """True once :meth:`finalize` ran; a trace returns a graph that is not finalized yet."""

@@ -18,8 +18,14 @@ if TYPE_CHECKING:
 __all__ = ["build_plan", "ReferencePlan"]
 
 
-def build_plan(graph: ModelGraph, place: object) -> ReferencePlan:
-    """The plan that runs ``graph`` at ``place`` (``None``: the CPU)."""
+ENGINES = ("reference",)
+
+
+def build_plan(graph: ModelGraph, place: object, engine: str | None = None) -> ReferencePlan:
+    """The plan that runs ``graph`` at ``place`` (``None``: the CPU) on ``engine``
+    (``None``: chosen for the graph)."""
     device = as_device(place)  # type: ignore[arg-type]
     require_backend(device)
+    if engine not in (None, *ENGINES):
+        raise ValueError(f"unknown engine {engine!r}; kiln has {list(ENGINES)}")
     return ReferencePlan(graph)

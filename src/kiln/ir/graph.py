@@ -146,6 +146,7 @@ class ModelGraph:
         self._constants = tuple(constants)
         self._place: object = None  # a Device or Stream once chosen; None = the inputs' place
         self._plan: object = None  # the executor's plan once finalized
+        self._engine: str | None = None  # the engine asked for at finalize(), None: automatic
 
     # -- structure ------------------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class ModelGraph:
             self._constants if constants is None else constants,
         )
         graph._place = self._place
+        graph._engine = self._engine
         return graph
 
     def copy(self) -> ModelGraph:
@@ -231,13 +233,19 @@ class ModelGraph:
         """True once :meth:`finalize` ran (and nothing has changed the graph since)."""
         return self._plan is not None
 
-    def finalize(self) -> None:
-        """Ready the graph to run at its place: build the executor's plan. Idempotent."""
-        if self._plan is not None:
+    def finalize(self, engine: str | None = None) -> None:
+        """Ready the graph to run at its place: build the executor's plan. Idempotent.
+
+        Args:
+            engine: Which execution engine runs the graph (``kiln.exec`` lists them); None
+                picks one for the graph. Finalizing again with another engine re-plans.
+        """
+        if self._plan is not None and (engine is None or engine == self._engine):
             return
         from ..exec import build_plan
 
-        self._plan = build_plan(self, self._place)
+        self._plan = build_plan(self, self._place, engine)
+        self._engine = engine
 
     def to(self, where: object) -> None:
         """Choose where the graph runs; on a finalized graph, move it there.
@@ -250,7 +258,7 @@ class ModelGraph:
         self._place = place
         if self._plan is not None:
             self._plan = None
-            self.finalize()
+            self.finalize(self._engine)
 
     def run(self, inputs: Sequence[object] | Mapping[str, object]) -> list:
         """Run the finalized graph on flat inputs: a sequence in signature order, or a mapping
@@ -294,7 +302,7 @@ class ModelGraph:
         self._constants = optimized._constants
         self._plan = None
         if was_finalized:
-            self.finalize()
+            self.finalize(self._engine)
         return report
 
     # -- ONNX -----------------------------------------------------------------------------

@@ -147,6 +147,10 @@ class OpDef:
     domain: str = ""  # "" is the ONNX domain; "kiln" marks kiln's own (fused) operators
     since_version: int = 21
     variadic_outputs: bool = False  # Split: as many outputs as the node declares
+    # For kiln-domain (fused) operators: ``expand(node, scope) -> list[Node]``, ONNX-domain
+    # nodes computing the same outputs from the same inputs (``scope`` names new values). ONNX
+    # export and executors without a kernel for the fused op use it.
+    expand: Callable[..., Any] | None = None
 
     @property
     def qualified_name(self) -> str:
