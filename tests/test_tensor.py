@@ -104,7 +104,9 @@ def test_metadata(data: object, dtype: np.dtype, shape: tuple) -> None:
 def test_small_integer_tensors_carry_their_value() -> None:
     assert kiln.tensor([2, 3]).type.value == (2, 3)
     assert kiln.tensor(7).type.value == (7,)
-    assert kiln.tensor([2.0]).type.value is None
+    assert kiln.tensor([2.0]).type.value == (2.0,)  # small float vectors too (Resize scales)
+    assert kiln.tensor(2.0).type.value is None
+    assert kiln.zeros(9).type.value is None
     assert kiln.tensor([[1, 2]]).type.value is None  # 2-D
     assert kiln.zeros(100, dtype="int64").type.value is None  # large
 

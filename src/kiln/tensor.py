@@ -42,6 +42,7 @@ __all__ = [
 # Small integer tensors carry their contents in their TensorType, so shape arithmetic
 # (Reshape's target, Slice's bounds) is known to ``infer`` rules.
 _VALUE_LIMIT = 64
+_FLOAT_VALUE_LIMIT = 8  # small float vectors too: Resize's scales decide its output shape
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -110,6 +111,8 @@ class Tensor:
             value = None
             if data.ndim <= 1 and data.size <= _VALUE_LIMIT and data.dtype.kind in "iu":
                 value = tuple(int(v) for v in data.reshape(-1).tolist())
+            elif data.ndim == 1 and data.size <= _FLOAT_VALUE_LIMIT and data.dtype.kind == "f":
+                value = tuple(float(v) for v in data.tolist())  # e.g. Resize's scales
             meta = self._meta = TensorType(data.dtype, data.shape, value)
         return meta
 
@@ -233,10 +236,17 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         first = shape[0]
         if not isinstance(first, int):
-            raise TypeError(
-                f"len() of a tensor whose first axis is the symbolic size {first}; "
-                "use tensor.shape[0] to keep it symbolic"
+            message = (
+                f"len() of (or iterating over) a tensor whose first axis is the symbolic size "
+                f"{first}: a graph cannot unroll a loop of unknown length. Use tensor.shape[0] "
+                "to keep the size symbolic, or mark the axis static"
             )
+            if current_handler() is not None:
+                from .capture.source import user_source
+                from .errors import CaptureError
+
+                raise CaptureError(f"{message} (at {user_source()})")
+            raise TypeError(message)
         return first
 
     def __iter__(self) -> Iterator[Tensor]:

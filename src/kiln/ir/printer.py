@@ -3,7 +3,8 @@
 Example output::
 
     graph block(x: float32[B, 256]) -> (output: float32[B, 256])
-      constants: w: float32[256, 256], b: float32[256]
+      w: float32[256, 256] = <65536 values>
+      eps: float32[] = 1e-05
       matmul: float32[B, 256] = MatMul(x, w)
       output: float32[B, 256] = Add(matmul, b)
 """
@@ -32,10 +33,16 @@ def _dim(d: Dim) -> str:
     return str(d)
 
 
+def _values(data: np.ndarray) -> str:
+    """Small contents, floats in short form: ``1e-05``, ``[2, -1]``."""
+    flat = [f"{v:.6g}" if isinstance(v, float) else repr(v) for v in data.reshape(-1).tolist()]
+    return flat[0] if data.ndim == 0 else "[" + ", ".join(flat) + "]"
+
+
 def _attr(value: object) -> str:
     if isinstance(value, np.ndarray):
         if value.size <= _MAX_INLINE:
-            return repr(value.tolist())
+            return _values(value)
         return f"<{value.dtype.name}{list(value.shape)}>"
     if isinstance(value, float):
         return f"{value:g}"
@@ -55,13 +62,12 @@ def format_graph(graph: ModelGraph) -> str:
     ins = ", ".join(f"{v.name}: {format_type(v)}" for v in graph.input_values)
     outs = ", ".join(f"{v.name}: {format_type(v)}" for v in graph.output_values)
     lines = [f"graph {graph.name}({ins}) -> ({outs})"]
-    if graph.constants:
-        shown = []
-        for c in graph.constants:
-            text = f"{c.value.name}: {format_type(c.value)}"
-            if c.data.size <= _MAX_INLINE:
-                text += f" = {c.data.tolist()!r}"
-            shown.append(text)
-        lines.append("  constants: " + ", ".join(shown))
+    for c in graph.constants:
+        text = f"  {c.value.name}: {format_type(c.value)} = "
+        if c.data.size <= _MAX_INLINE:
+            text += _values(c.data)
+        else:
+            text += f"<{c.data.size} values>"
+        lines.append(text)
     lines.extend("  " + format_node(n) for n in graph.nodes)
     return "\n".join(lines)

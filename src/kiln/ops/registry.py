@@ -58,7 +58,8 @@ DATA_DEPENDENT_SHAPE = "data_dependent_shape"  # an output size depends on input
 @dataclass(frozen=True, slots=True)
 class TensorType:
     """The static knowledge about a tensor: dtype, shape, and for small integer tensors the
-    contents when known (``value``, flat, as ints or symbolic sizes).
+    contents when known (``value``, flat, as ints or symbolic sizes; small 1-D float tensors
+    carry Python floats, which is how Resize learns its scales).
 
     ``value`` is what lets shape arithmetic stay symbolic: ``Shape(x)`` of a ``(B, 3)`` input
     has value ``(B, 3)``, and ``Reshape`` reads its target shape from it.

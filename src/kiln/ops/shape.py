@@ -1824,7 +1824,7 @@ register(
         outputs=("output",),
         infer=_range_infer,
         kernel=_range_kernel,
-        traits=_SHAPE,
+        traits=_SHAPE | {DATA_DEPENDENT_SHAPE},  # the length depends on the bounds' values
         samples=_range_samples,
     )
 )
@@ -2079,9 +2079,13 @@ def _resize_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
     require_rank(op, "scales", scales, (1,))
     if scales.shape[0] != len(axes):
         raise OpArgumentError(f"{op}: 'scales' has {scales.shape[0]} entries; expected {len(axes)}")
-    for a in axes:
-        # Float tensors carry no known contents: the scaled sizes are known at run time only.
-        shape[a] = fresh_symbol("resize")
+    known = scales.value  # small float tensors carry their contents too
+    for i, a in enumerate(axes):
+        if known is not None and isinstance(shape[a], int):
+            # ONNX: output size = floor(input size * scale), computed in float64 as the kernel does
+            shape[a] = int(math.floor(shape[a] * float(known[i])))
+        else:
+            shape[a] = fresh_symbol("resize")  # known at run time only
     return [TensorType(x.dtype, tuple(shape))]
 
 
@@ -2292,7 +2296,7 @@ register(
         },
         infer=_resize_infer,
         kernel=_resize_kernel,
-        traits=frozenset({PURE}),
+        traits=frozenset({PURE, DATA_DEPENDENT_SHAPE}),  # sizes from float scales: at run time
         samples=_resize_samples,
     )
 )

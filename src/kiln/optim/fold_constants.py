@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..ir.graph import Constant, ModelGraph
 from ..ops.dispatch import run_kernel
-from ..ops.registry import DATA_DEPENDENT_SHAPE, PURE
+from ..ops.registry import PURE
 from ..symbolic import prod
 from .transform import DefaultsOptions, transform
 
@@ -24,8 +24,8 @@ def fold_constants(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGr
         opdef = node.opdef
         foldable = (
             PURE in opdef.traits
-            and DATA_DEPENDENT_SHAPE not in opdef.traits
             and all(v is None or id(v) in data for v in node.inputs)
+            # a data-dependent size must already be known, or the constant would not fit its type
             and _small(node.outputs, options.constant_folding_limit)
         )
         if not foldable:
