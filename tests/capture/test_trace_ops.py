@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import kiln
@@ -22,10 +21,10 @@ CASES = [
 def _trace(op, sample, constant_ints: bool):
     """Trace a one-node graph; integer inputs become closure constants when asked, since
     shape-like inputs (Reshape's shape, Slice's starts) must be known to infer the output."""
-    fed = [
-        x is not None and not (constant_ints and x.dtype.kind in "iu") for x in sample.inputs
+    fed = [x is not None and not (constant_ints and x.dtype.kind in "iu") for x in sample.inputs]
+    fixed = [
+        kiln.asarray(x) if x is not None and not f else None for x, f in zip(sample.inputs, fed)
     ]
-    fixed = [kiln.asarray(x) if x is not None and not f else None for x, f in zip(sample.inputs, fed)]
 
     def one_node(*given):
         it = iter(given)
@@ -45,7 +44,9 @@ def test_traced_graph_equals_eager(op, sample):
     tg.graph.verify()
     tg.finalize()
     got = tg.run(args)
-    want = dispatch(op, [None if x is None else kiln.asarray(x) for x in sample.inputs], sample.attrs)
+    want = dispatch(
+        op, [None if x is None else kiln.asarray(x) for x in sample.inputs], sample.attrs
+    )
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, rtol=sample.rtol, atol=sample.atol, what=f"{op.name} output {i}")
