@@ -403,3 +403,11 @@ def test_specialize_options_give_equal_results(specialize):
 def test_place_cuda_without_backend_raises_device_unavailable():
     with pytest.raises(kiln.DeviceUnavailableError, match="cupy"):
         kiln.compile(model, place="cuda:0")
+
+
+def test_one_tensor_in_a_list_stays_a_list_on_replay():
+    f = kiln.compile(lambda x: [x + 1.0])
+    for _ in range(2):
+        out = f(np.ones(2, f32))
+        assert isinstance(out, list) and len(out) == 1
+        assert_close(out[0], np.full(2, 2, f32))

@@ -133,6 +133,10 @@ class _Entry:
     n_outputs: int = 0
     eager_reason: str | None = None
     run: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+    # For static graphs: the input shapes, and the plan's run without its input check.
+    static_shapes: tuple[tuple[int, ...], ...] | None = None
+    run_unchecked: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+    single_output: bool = False  # the result is exactly one tensor
     nbytes: int = 0
 
 
@@ -334,32 +338,47 @@ class CompiledFunction:
         entry = self._entries.get(key)
         if entry is None:
             return self._miss(call, key, leaves, treespec, args, kwargs)
-        run = entry.run
-        if run is None:
+        if entry.run is None:
             return self._eager(args, kwargs)
         arrays = [
             leaves[i]._data if type(leaves[i]) is Tensor else leaves[i]
             for i in entry.tensor_positions
         ]
+        static_shapes = entry.static_shapes
+        if static_shapes is not None:
+            # A static graph: the key already matched dtypes and ranks, so the guard is the
+            # shapes alone; the full check runs only to explain a miss.
+            for array, shape in zip(arrays, static_shapes):
+                if array.shape != shape:
+                    break
+            else:
+                outs = entry.run_unchecked(arrays)  # type: ignore[misc]
+                if not entry.guards and entry.single_output:
+                    self._current = entry
+                    return Tensor._wrap(outs[0])
+                return self._finish_replay(call, key, entry, outs, leaves, treespec, args, kwargs)
         try:
-            outs = run(arrays)
+            outs = entry.run(arrays)
         except InputMismatchError as mismatch:
             return self._drift(call, key, entry, mismatch, leaves, treespec, args, kwargs)
-        if entry.guards:
-            for index, expected, where in entry.guards:
-                if not np.array_equal(outs[index], expected):
-                    return self._guard_miss(
-                        call,
-                        key,
-                        entry,
-                        where,
-                        expected,
-                        outs[index],
-                        leaves,
-                        treespec,
-                        args,
-                        kwargs,
-                    )
+        return self._finish_replay(call, key, entry, outs, leaves, treespec, args, kwargs)
+
+    def _finish_replay(
+        self,
+        call: int,
+        key: Hashable,
+        entry: _Entry,
+        outs: list[np.ndarray],
+        leaves: list[Any],
+        treespec: Any,
+        args: Any,
+        kwargs: Any,
+    ) -> Any:
+        for index, expected, where in entry.guards:
+            if not np.array_equal(outs[index], expected):
+                return self._guard_miss(
+                    call, key, entry, where, expected, outs[index], leaves, treespec, args, kwargs
+                )
         self._current = entry
         return entry.outputs.rebuild([Tensor._wrap(a) for a in outs[: entry.n_outputs]])
 
@@ -375,7 +394,7 @@ class CompiledFunction:
                 parts.append((cls, leaf))
         key = tuple(parts)
         try:
-            hash(key)
+            hash(key)  # tuples cache nothing: the lookup hashes again, but this names the leaf
         except TypeError:
             self._unhashable(args, kwargs)
         return key
@@ -733,6 +752,10 @@ class CompiledFunction:
 
         entry.graph = graph
         entry.run = run
+        if not dynamic and self._specialize is not True:
+            entry.static_shapes = tuple(tuple(v.shape) for v in graph.input_values)  # type: ignore[misc]
+            entry.run_unchecked = graph._plan.run_arrays  # type: ignore[attr-defined]
+        entry.single_output = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
         entry.guards = tuple(
             (len(tensors) + i, expected, where)
             for i, (_, expected, where) in enumerate(tracer.guards)
