@@ -411,3 +411,13 @@ def test_one_tensor_in_a_list_stays_a_list_on_replay():
         out = f(np.ones(2, f32))
         assert isinstance(out, list) and len(out) == 1
         assert_close(out[0], np.full(2, 2, f32))
+
+
+def test_a_pinned_dynamic_size_is_in_the_history():
+    w = rand(4, 5)
+    f = kiln.compile(lambda x: x @ w, dynamic=True)
+    assert_close(f(rand(2, 4)), rand(2, 4) @ w)
+    pinned = [e for e in f.history if e.kind == "pinned"]
+    assert len(pinned) == 1 and "MatMul" in pinned[0].message and "axis 1" in pinned[0].message
+    assert_close(f(rand(6, 4)), rand(6, 4) @ w)
+    assert f.recapture_count == 0

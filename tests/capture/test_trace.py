@@ -238,3 +238,20 @@ def test_concurrent_runs_from_eight_threads():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_an_op_that_pins_a_dynamic_size_is_named_and_the_guard_checks_it():
+    w = np.ones((4, 5), f32)
+    with pytest.warns(kiln.errors.CaptureWarning, match=r"MatMul at .*test_trace.py.*'x' axis 1"):
+        tg = kiln.trace(lambda x: x @ w, ones(3, 4), dynamic_axes={"x": [0, 1]})
+    assert tg.graph.inputs[0].shape[1] == 4 and not isinstance(tg.graph.inputs[0].shape[0], int)
+    tg.finalize()
+    assert tg.run([ones(7, 4)])[0].shape == (7, 5)
+    with pytest.raises(InputMismatchError, match="'x' axis 1: expected size 4, got 6"):
+        tg.run([ones(7, 6)])
+
+
+def test_broadcasting_a_dynamic_size_against_a_static_one_pins_it():
+    with pytest.warns(kiln.errors.CaptureWarning, match=r"Add .*pins the dynamic size"):
+        tg = kiln.trace(lambda x: x + ones(3), ones(3), dynamic_axes={"x": [0]})
+    assert tg.graph.inputs[0].shape == (3,)

@@ -68,8 +68,8 @@ class CaptureEvent:
     Attributes:
         call: The call number (1 is the first call) that caused it.
         kind: ``first``, ``structure``, ``static value``, ``dtype``, ``rank``, ``new shape``,
-            ``shape drift``, ``value guard``, ``abandoned``, ``budget``, ``take_graph`` or
-            ``reset``.
+            ``shape drift``, ``value guard``, ``abandoned`` (served eagerly), ``pinned`` (an
+            operation fixed a dynamic size), ``budget``, ``take_graph`` or ``reset``.
         path: The input path or name concerned, when there is one.
         old: The value before (a size, a dtype, a static value), when there is one.
         new: The value now.
@@ -137,6 +137,7 @@ class _Entry:
     static_shapes: tuple[tuple[int, ...], ...] | None = None
     run_unchecked: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
     single_output: bool = False  # the result is exactly one tensor
+    pins: tuple[str, ...] = ()  # why a dynamic size was fixed to one value
     nbytes: int = 0
 
 
@@ -278,7 +279,7 @@ class CompiledFunction:
     @property
     def captures(self) -> list[CaptureEvent]:
         """The events that made a capture (first and re-captures)."""
-        kinds = {"budget", "abandoned", "take_graph", "reset"}
+        kinds = {"budget", "abandoned", "take_graph", "reset", "pinned"}
         return [e for e in self._history if e.kind not in kinds]
 
     def cache_info(self) -> CacheInfo:
@@ -665,6 +666,8 @@ class CompiledFunction:
             if event.kind == "first":
                 event = CaptureEvent(call, "first", axes=axes, message="first call")
             self._history.append(event)
+            for message in entry.pins:
+                self._history.append(CaptureEvent(call, "pinned", message=message))
             if entry.eager_reason is not None:
                 message = (
                     f"kiln.compile({self._graph_name}): {entry.eager_reason} cannot be "
@@ -735,6 +738,7 @@ class CompiledFunction:
         ]
         guard_names = [f"guard.{i}" for i in range(len(guard_tensors))]
         graph = tracer.finish(self._graph_name, [*tensors, *guard_tensors], [*names, *guard_names])
+        entry.pins = tuple(message for _, _, message in tracer.pins)
         dynamic = any(isinstance(d, SymDim) for v in graph.input_values for d in v.shape)
         if self._optimize:
             graph.optimize(None if self._specialize is not False else _generic_pipeline())

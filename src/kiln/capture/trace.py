@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOperationError
 from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
 from ..ops.dispatch import handler_scope, run_kernel
-from ..ops.registry import OpDef, TensorType
+from ..ops.registry import ELEMENTWISE, OpDef, TensorType
 from ..spec import TensorSpec
 from ..symbolic import Dim, SymDim, format_shape, symbol
 from ..tensor import Tensor
@@ -51,6 +51,8 @@ class Tracer:
         self._constant_of: dict[int, tuple[Tensor, Value]] = {}  # id(tensor) -> (tensor, value)
         self._symbol_source: dict[str, tuple[Tensor, int]] = {}  # symbol -> (tensor, axis)
         self._size_tensors: dict[Dim, Tensor] = {}
+        # Dynamic sizes an operation forced to one value: (symbol, size, message).
+        self.pins: list[tuple[str, int, str]] = []
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -102,6 +104,7 @@ class Tracer:
             arrays = [None if t is None else t._data for t in inputs]
             results = run_kernel(op, arrays, attrs)
             _check_kernel(op, out_types, results)
+        self._note_pins(op, attrs, in_values, out_types)
         hint = snake_case(op.name)
         outs = tuple(Value(self.scope.fresh(hint), ttype) for ttype in out_types)
         node = Node(op.qualified_name, in_values, outs, dict(attrs), outs[0].name, user_source())
@@ -114,6 +117,54 @@ class Tracer:
             self._note_symbols(t)
             tensors.append(t)
         return tuple(tensors)
+
+    def _note_pins(
+        self,
+        op: OpDef,
+        attrs: Mapping[str, Any],
+        in_values: Sequence[Value | None],
+        out_types: Sequence[TensorType],
+    ) -> None:
+        """Record dynamic sizes this operation forces to one value: a symbolic axis broadcast
+        against a static size, or contracted (MatMul, Gemm) against one. The finished graph is
+        specialized to that size, so its input guard checks it, and the capture says which op
+        did it."""
+        if op.has(ELEMENTWISE) and out_types:
+            out_shape = out_types[0].shape
+            for v in in_values:
+                if v is None:
+                    continue
+                offset = len(out_shape) - len(v.shape)
+                for axis, d in enumerate(v.shape):
+                    target = out_shape[offset + axis]
+                    if isinstance(d, SymDim) and d.is_symbol() and isinstance(target, int):
+                        self._pin(d, target, op, v, axis, f"broadcast against size {target}")
+        elif op.name in ("MatMul", "Gemm") and len(in_values) >= 2:
+            a, b = in_values[0], in_values[1]
+            if a is None or b is None or not a.shape or not b.shape:
+                return
+            a_axis = -2 if attrs.get("transA") and len(a.shape) >= 2 else -1
+            b_axis = -1 if attrs.get("transB") or len(b.shape) < 2 else -2
+            ka, kb = a.shape[a_axis], b.shape[b_axis]
+            for value, axis, d, other in ((a, a_axis, ka, kb), (b, b_axis, kb, ka)):
+                if isinstance(d, SymDim) and d.is_symbol() and isinstance(other, int):
+                    self._pin(
+                        d,
+                        other,
+                        op,
+                        value,
+                        axis % len(value.shape),
+                        f"contracted against size {other}",
+                    )
+
+    def _pin(self, d: SymDim, size: int, op: OpDef, value: Value, axis: int, how: str) -> None:
+        if any(name == d.name for name, _, _ in self.pins):
+            return
+        message = (
+            f"{op.name} at {user_source()} pins the dynamic size {d.name} (input "
+            f"{value.name!r} axis {axis}) to {size}: it is {how}"
+        )
+        self.pins.append((d.name, size, message))
 
     def host_read(self, tensor: Tensor, what: str) -> Any:
         raise CaptureError(
@@ -204,7 +255,12 @@ class Tracer:
                 value = copy._trace.value
             renames[id(value)] = scope.fresh(out_name)
             out_values.append(value)
-        return _rename(self, name, out_values, renames)
+        graph = _rename(self, name, out_values, renames)
+        if self.pins:
+            from ..optim.specialize import specialize_graph
+
+            graph = specialize_graph(graph, {name: size for name, size, _ in self.pins})
+        return graph
 
 
 def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, str]) -> ModelGraph:

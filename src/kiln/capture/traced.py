@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputMismatchError
+from ..errors import CaptureWarning, InputMismatchError
 from ..ir.graph import ModelGraph
 from ..spec import TensorSpec
 from ..tensor import Tensor
@@ -234,4 +235,6 @@ def trace(
     if name == "<lambda>":
         name = "lambda"
     graph = tracer.finish(name, tensors, names)
+    for _, _, message in tracer.pins:
+        warnings.warn(message, CaptureWarning, stacklevel=2)
     return TracedGraph(graph, in_spec, outputs)
