@@ -15,7 +15,7 @@ so code can test ``isinstance(d, int)`` for "static".
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Union
 
 __all__ = [
@@ -273,7 +273,7 @@ def _bcast_values(a: int, b: int) -> int:
     raise ValueError(f"sizes {a} and {b} do not broadcast")
 
 
-_OPAQUE = {
+_OPAQUE: dict[str, Callable[..., int]] = {
     "//": lambda a, b: a // b,
     "%": lambda a, b: a % b,
     "max": max,
@@ -459,7 +459,7 @@ def prod(dims: Iterable[Dim]) -> Dim:
     return total
 
 
-def format_shape(shape: Iterable[Dim]) -> str:
+def format_shape(shape: Iterable[object]) -> str:
     """A shape as text, symbolic sizes by name: ``(B, 3, 4*S)``."""
     entries = [str(d) for d in shape]
     return "(" + ", ".join(entries) + ("," if len(entries) == 1 else "") + ")"

@@ -108,7 +108,7 @@ class Tensor:
         if meta is None:
             data = self._data
             assert data is not None
-            value = None
+            value: tuple[int | float, ...] | None = None
             if data.ndim <= 1 and data.size <= _VALUE_LIMIT and data.dtype.kind in "iu":
                 value = tuple(int(v) for v in data.reshape(-1).tolist())
             elif data.ndim == 1 and data.size <= _FLOAT_VALUE_LIMIT and data.dtype.kind == "f":

@@ -225,7 +225,7 @@ class CompiledFunction:
         self._place = None if place is None else as_place(place)
         self._dynamic_axes = dynamic_axes
         self._output_names = None if output_names is None else tuple(output_names)
-        self._graph_name = graph_name or getattr(target, "__name__", "compiled")
+        self._graph_name: str = graph_name or str(getattr(target, "__name__", "compiled"))
         if self._graph_name == "<lambda>":
             self._graph_name = "lambda"
         functools.update_wrapper(self, target, updated=())
@@ -334,7 +334,8 @@ class CompiledFunction:
             # Falling back, or called inside another trace: run the target (the outer trace
             # then records its operators inline).
             return self._eager(args, kwargs)
-        leaves, treespec = optree.tree_flatten((args, kwargs))
+        tree: Any = (args, kwargs)
+        leaves, treespec = optree.tree_flatten(tree)
         key = self._key(treespec, leaves, args, kwargs)
         entry = self._entries.get(key)
         if entry is None:
@@ -419,8 +420,9 @@ class CompiledFunction:
         def lift(leaf: Any) -> Any:
             return Tensor._wrap(leaf) if isinstance(leaf, np.ndarray) else leaf
 
-        args, kwargs = optree.tree_map(lift, (args, kwargs))
-        return self._target(*args, **kwargs)
+        tree: Any = (args, kwargs)
+        lifted_args, lifted_kwargs = optree.tree_map(lift, tree)
+        return self._target(*lifted_args, **lifted_kwargs)
 
     # -- capture decisions ----------------------------------------------------------------
 
@@ -688,7 +690,8 @@ class CompiledFunction:
         kwargs: Any,
         drift: dict[tuple[int, int], str],
     ) -> tuple[Any, _Entry]:
-        paths, _, in_spec = flatten_with_paths((args, kwargs))
+        tree: Any = (args, kwargs)
+        paths, _, in_spec = flatten_with_paths(tree)
         extra: dict[int, dict[int, str | None]] = {}
         for (k, axis), name in drift.items():
             extra.setdefault(k, {})[axis] = name
@@ -713,7 +716,7 @@ class CompiledFunction:
         statics = tuple(x for i, x in enumerate(leaves) if i not in set(positions))
         entry = _Entry(
             graph=None,
-            treespec=optree.tree_structure((args, kwargs)),
+            treespec=optree.tree_structure(tree),
             outputs=outputs,
             input_names=tuple(s.name for s in slots),
             input_shapes=tuple(s.type.shape for s in slots),
@@ -757,7 +760,9 @@ class CompiledFunction:
         entry.graph = graph
         entry.run = run
         if not dynamic and self._specialize is not True:
-            entry.static_shapes = tuple(tuple(v.shape) for v in graph.input_values)  # type: ignore[misc]
+            entry.static_shapes = tuple(
+                tuple(int(d) for d in v.shape) for v in graph.input_values  # all static here
+            )
             entry.run_unchecked = graph._plan.run_arrays  # type: ignore[attr-defined]
         entry.single_output = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
         entry.guards = tuple(
@@ -804,7 +809,7 @@ def _specializing_runner(
             plan = special._plan
             if len(plans) < MAX_SPECIALIZATIONS:
                 plans[shapes] = plan
-        return plan.run_arrays(arrays)  # type: ignore[no-any-return]
+        return plan.run_arrays(arrays)  # type: ignore[no-any-return, union-attr]
 
     return run
 
@@ -873,7 +878,7 @@ def compile(  # noqa: A001 - the public name, as torch.compile
         >>> gelu.state
         <State.Compiled: 'compiled'>
     """
-    options = dict(
+    options: dict[str, Any] = dict(
         signature=signature,
         dynamic=dynamic,
         fullgraph=fullgraph,

@@ -298,9 +298,9 @@ def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, 
     return ModelGraph(
         name,
         tracer.inputs,
-        [sub(v) for v in outputs],
+        [v for v in (sub(v) for v in outputs) if v is not None],
         nodes,
-        tracer.constants,  # type: ignore[misc]
+        tracer.constants,
     )
 
 

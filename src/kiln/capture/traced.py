@@ -231,7 +231,7 @@ def trace(
     slot_positions = {s.index for s in slots}
     static_inputs = tuple((i, x) for i, x in enumerate(leaves) if i not in slot_positions)
     outputs = _Outputs(outputs.spec, outputs.tensor_positions, outputs.static_leaves, static_inputs)
-    name = graph_name or getattr(fn, "__name__", "graph")
+    name = graph_name or str(getattr(fn, "__name__", "graph"))
     if name == "<lambda>":
         name = "lambda"
     graph = tracer.finish(name, tensors, names)

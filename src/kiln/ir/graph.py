@@ -22,7 +22,9 @@ from ..spec import TensorSpec
 from ..symbolic import SymDim, format_shape
 
 if TYPE_CHECKING:
-    pass
+    import os
+
+    from ..optim.transform import DefaultsOptions, OptimizeReport, Transform
 
 __all__ = ["AttrValue", "Value", "Node", "Constant", "ModelGraph", "NameScope", "verify_graph"]
 
@@ -278,11 +280,11 @@ class ModelGraph:
 
     def optimize(
         self,
-        transforms: Sequence[object] | None = None,
+        transforms: Sequence[Transform] | None = None,
         max_num_iterations: int | None = None,
         *,
-        defaults: object = None,
-    ) -> object:
+        defaults: DefaultsOptions | None = None,
+    ) -> OptimizeReport:
         """Run the optimizer (the default pipeline when ``transforms`` is None) to a fixed
         point or ``max_num_iterations`` (the graph's default cap when None). The graph is
         rewritten in place; a finalized graph is finalized again. Returns the
@@ -307,7 +309,7 @@ class ModelGraph:
 
     # -- ONNX -----------------------------------------------------------------------------
 
-    def save(self, path: object) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the graph as an ONNX model file (needs the ``onnx`` extra)."""
         from ..io.onnx_export import save
 
@@ -388,10 +390,10 @@ def verify_graph(graph: ModelGraph) -> None:
         except Exception:
             problems.append(f"{where}: no operator {node.op!r} is registered")
             continue
-        for i, v in enumerate(node.inputs):
-            if v is not None and id(v) not in defined:
+        for i, arg in enumerate(node.inputs):
+            if arg is not None and id(arg) not in defined:
                 problems.append(
-                    f"{where}: input {i} {v.name!r} is used before it is defined "
+                    f"{where}: input {i} {arg.name!r} is used before it is defined "
                     "(not topologically ordered, or from another graph)"
                 )
         try:

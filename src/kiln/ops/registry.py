@@ -67,7 +67,7 @@ class TensorType:
 
     dtype: np.dtype
     shape: Shape
-    value: tuple[Dim, ...] | None = None
+    value: tuple[Dim | float, ...] | None = None
 
     @property
     def ndim(self) -> int:
