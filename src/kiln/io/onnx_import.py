@@ -1,0 +1,729 @@
+"""Import an ONNX model as a :class:`~kiln.ir.graph.ModelGraph`.
+
+Every ONNX node maps onto the registry operator of the same name. kiln implements the opset-21
+form of each operator, so nodes written for an older opset are first rewritten into that form
+(an attribute that became an input turns into a constant input, Upsample becomes Resize, the
+2-D-coerced Softmax of opset < 13 becomes Flatten + Softmax + Reshape, ...). Graph inputs are
+typed from the model (a ``dim_param`` becomes the symbol of that name, an unknown size a fresh
+symbol); every other value is typed by running its operator's ``infer``, so the result passes
+:meth:`ModelGraph.verify`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import KilnError, UnsupportedOperationError
+from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
+from ..ops.elementwise import dtype_from_onnx_code
+from ..ops.registry import DATA_DEPENDENT_SHAPE, TensorType, get_op
+from ..symbolic import Dim, SymDim, fresh_symbol, symbol
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["load", "from_onnx", "MIN_OPSET", "SUPPORTED_DOMAINS"]
+
+MIN_OPSET = 1  # older forms are rewritten where they differ (see _REWRITES)
+SUPPORTED_DOMAINS = ("", "ai.onnx", "kiln")
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise UnsupportedOperationError(
+            "ONNX import needs the 'onnx' package: pip install 'tensorkiln[onnx]' (or onnx)"
+        ) from None
+    return onnx
+
+
+def load(
+    source: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    *,
+    constant_inputs: Mapping[str, Any] | None = None,
+) -> ModelGraph:
+    """Read an ONNX model into a :class:`ModelGraph`.
+
+    Args:
+        source: A file path, the serialized model bytes, or an ``onnx.ModelProto``.
+        constant_inputs: Graph inputs to fix to the given values: each becomes a constant of
+            the graph instead of an input. kiln computes output shapes when the graph is built,
+            so an input that decides a shape (a Reshape target, Reduce axes fed at run time)
+            must be known; this binds it, as a specialisation of the model.
+
+    Returns:
+        The graph (not finalized), with every value typed and ``verify()`` passing.
+
+    Raises:
+        UnsupportedOperationError: for an operator, opset or domain kiln does not support,
+            naming the node, its operator and what is supported.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: np.exp(x) + 1, np.ones(3, np.float32)).graph
+        >>> back = kiln.io.load(kiln.io.to_onnx(g))
+        >>> [n.op for n in back.nodes]
+        ['Exp', 'Add']
+    """
+    onnx = _onnx()
+    if isinstance(source, onnx.ModelProto):
+        model = source
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model = onnx.load_from_string(bytes(source))
+    else:
+        model = onnx.load(os.fspath(source))
+    return from_onnx(model, constant_inputs=constant_inputs)
+
+
+def from_onnx(
+    model: onnx.ModelProto, *, constant_inputs: Mapping[str, Any] | None = None
+) -> ModelGraph:
+    """The :class:`ModelGraph` of an ``onnx.ModelProto`` (what :func:`load` returns).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: x.sum(axis=0), np.ones((2, 3), np.float32)).graph
+        >>> from_onnx(kiln.io.to_onnx(g)).outputs[0].shape
+        (3,)
+    """
+    opsets = {(o.domain or ""): o.version for o in model.opset_import}
+    opset = opsets.get("", opsets.get("ai.onnx"))
+    if opset is None:
+        raise UnsupportedOperationError(
+            "the model imports no version of the default ONNX domain; kiln imports models of "
+            f"ONNX opset {MIN_OPSET} or newer"
+        )
+    if opset < MIN_OPSET:
+        raise UnsupportedOperationError(
+            f"the model uses ONNX opset {opset}; kiln imports opset {MIN_OPSET} or newer "
+            "(convert it with onnx.version_converter first)"
+        )
+    importer = _Importer(model.graph, opset, dict(constant_inputs or {}))
+    return importer.run()
+
+
+# -- the importer --------------------------------------------------------------------------
+
+
+@dataclass
+class _Importer:
+    graph: Any  # onnx.GraphProto
+    opset: int
+    constant_inputs: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Value] = field(default_factory=dict)
+    constants: list[Constant] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    scope: NameScope = field(default_factory=NameScope)
+    node_names: set[str] = field(default_factory=set)
+    declared: dict[str, Any] = field(default_factory=dict)  # value_info and outputs by name
+
+    def run(self) -> ModelGraph:
+        onnx = _onnx()
+        g = self.graph
+        for name in _all_names(g):
+            self.scope.reserve(name)
+        initializer_names = {t.name for t in g.initializer}
+        for tensor in g.initializer:
+            self.add_constant(
+                tensor.name, _array(onnx, tensor, where=f"initializer {tensor.name!r}")
+            )
+        if len(g.sparse_initializer):
+            raise UnsupportedOperationError(
+                "the model has sparse initializers; kiln supports dense initializers only"
+            )
+        inputs = []
+        input_names = {info.name for info in g.input}
+        unknown = sorted(set(self.constant_inputs) - input_names)
+        if unknown:
+            raise UnsupportedOperationError(
+                f"constant_inputs names {unknown}, which are not inputs of the model; its inputs "
+                f"are {sorted(input_names - initializer_names)}"
+            )
+        for info in g.input:
+            if info.name in initializer_names:
+                continue  # an old-style model lists its initializers as inputs too
+            where = f"graph input {info.name!r}"
+            ttype = _value_type(info, where=where)
+            if info.name in self.constant_inputs:
+                data = np.asarray(self.constant_inputs[info.name])
+                if data.dtype != ttype.dtype or data.ndim != ttype.ndim:
+                    raise UnsupportedOperationError(
+                        f"constant_inputs[{info.name!r}] is {data.dtype}{list(data.shape)}, but "
+                        f"the {where} is typed {ttype}"
+                    )
+                self.add_constant(info.name, data)
+                continue
+            value = Value(info.name, ttype)
+            self.values[info.name] = value
+            inputs.append(value)
+        self.declared = {info.name: info for info in list(g.value_info) + list(g.output)}
+        for node in g.node:
+            self.import_node(node)
+        outputs = []
+        for info in g.output:
+            if info.name not in self.values:
+                raise UnsupportedOperationError(
+                    f"graph output {info.name!r} is not computed by any node of the model"
+                )
+            outputs.append(self.values[info.name])
+        graph = ModelGraph(g.name or "model", inputs, outputs, self.nodes, self.constants)
+        graph.verify()
+        return graph
+
+    # -- building blocks -------------------------------------------------------------------
+
+    def add_constant(self, name: str, data: np.ndarray) -> Value:
+        data = np.array(data, order="C")  # owned; 0-d stays 0-d
+        data.flags.writeable = False
+        value = Value(name, _constant_type(data))
+        self.values[name] = value
+        self.constants.append(Constant(value, data))
+        return value
+
+    def new_constant(self, hint: str, data: np.ndarray) -> Value:
+        return self.add_constant(self.scope.fresh(hint), data)
+
+    def value(self, name: str, where: str) -> Value | None:
+        if name == "":
+            return None
+        try:
+            return self.values[name]
+        except KeyError:
+            raise UnsupportedOperationError(
+                f"{where}: input {name!r} is not defined before it is used (the model's nodes "
+                "must be in topological order, and subgraphs are not supported)"
+            ) from None
+
+    def emit(
+        self,
+        op: str,
+        inputs: Sequence[Value | None],
+        attrs: dict[str, Any],
+        output_names: Sequence[str],
+        node_name: str,
+        where: str,
+    ) -> list[Value]:
+        """Append one kiln node, typing its outputs with the operator's ``infer``."""
+        opdef = get_op(op)
+        try:
+            bound = opdef.bind_attrs(attrs)
+            opdef.check_arity(len(inputs))
+            types = list(opdef.infer([None if v is None else v.type for v in inputs], bound))
+        except KilnError as exc:
+            raise UnsupportedOperationError(f"{where}: {exc}") from exc
+        types = _with_known_values(opdef, inputs, bound, types)
+        names = list(output_names)
+        while names and names[-1] == "":
+            names.pop()  # trailing optional outputs the model does not use
+        if len(names) > len(types):
+            raise UnsupportedOperationError(
+                f"{where}: the node has {len(names)} outputs but kiln's {op} makes "
+                f"{len(types)} ({', '.join(opdef.outputs)})"
+            )
+        if opdef.variadic_outputs:
+            keep = len(types)
+        else:
+            keep = max(len(names), 1)
+        outputs = []
+        for i, ttype in enumerate(types[:keep]):
+            name = (
+                names[i]
+                if i < len(names) and names[i]
+                else self.scope.fresh(
+                    f"{node_name}_{opdef.outputs[min(i, len(opdef.outputs) - 1)]}"
+                )
+            )
+            if DATA_DEPENDENT_SHAPE in opdef.traits:
+                ttype = self.declared_sizes(name, ttype)
+            value = Value(name, ttype)
+            self.values[name] = value
+            outputs.append(value)
+        name = node_name
+        if not name or name in self.node_names:
+            name = self.scope.fresh(name or outputs[0].name or snake_case(op))
+        self.node_names.add(name)
+        self.scope.reserve(name)
+        self.nodes.append(Node(op, tuple(inputs), tuple(outputs), bound, name))
+        return outputs
+
+    def declared_sizes(self, name: str, inferred: TensorType) -> TensorType:
+        """``inferred`` with the model's own names for sizes that depend on data (NonZero's
+        count): a size the operator leaves as a fresh symbol takes the declared ``dim_param``
+        or ``dim_value``, so a kiln graph round-trips with the same symbols."""
+        info = self.declared.get(name)
+        if info is None or info.type.WhichOneof("value") != "tensor_type":
+            return inferred
+        dims = info.type.tensor_type.shape.dim
+        if len(dims) != inferred.ndim:
+            return inferred
+        shape = []
+        for d, mine in zip(dims, inferred.shape):
+            if isinstance(mine, SymDim) and d.HasField("dim_param") and d.dim_param:
+                mine = symbol(d.dim_param)
+            elif isinstance(mine, SymDim) and d.HasField("dim_value"):
+                mine = int(d.dim_value)
+            shape.append(mine)
+        return TensorType(inferred.dtype, tuple(shape), inferred.value)
+
+    # -- one ONNX node -----------------------------------------------------------------------
+
+    def import_node(self, proto: Any) -> None:
+        onnx = _onnx()
+        op_type = proto.op_type
+        domain = proto.domain or ""
+        label = f"node {proto.name!r} ({op_type})" if proto.name else f"node {op_type}"
+        if domain not in SUPPORTED_DOMAINS:
+            raise UnsupportedOperationError(
+                f"{label}: domain {domain!r} is not supported; kiln imports the default ONNX "
+                "domain (and its own 'kiln' domain)"
+            )
+        key = op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
+        try:
+            get_op(key)
+        except KilnError:
+            if key not in _REWRITES:
+                raise UnsupportedOperationError(
+                    f"{label}: operator {op_type} is not supported by kiln; supported operators: "
+                    f"{', '.join(supported_operators())}"
+                ) from None
+        attrs: dict[str, Any] = {}
+        for a in proto.attribute:
+            if a.ref_attr_name:
+                raise UnsupportedOperationError(f"{label}: attribute references are not supported")
+            attrs[a.name] = _attribute_value(onnx, a, label)
+        inputs = [self.value(name, label) for name in proto.input]
+        version = self.op_version(op_type, domain)
+        call = _Call(key, inputs, attrs, list(proto.output), proto.name, label, version)
+        rewrite = _REWRITES.get(key)
+        if rewrite is not None:
+            rewrite(self, call)
+        else:
+            self.finish(call)
+
+    def op_version(self, op_type: str, domain: str) -> int:
+        """The version of ``op_type`` that the model's opset selects (its ``since_version``)."""
+        if domain not in ("", "ai.onnx"):
+            return self.opset
+        try:
+            return int(_onnx().defs.get_schema(op_type, self.opset, "").since_version)
+        except Exception:
+            return self.opset
+
+    def finish(self, call: _Call) -> list[Value]:
+        _drop_attrs(call, "consumed_inputs")  # a pre-opset-7 leftover some exporters still write
+        return self.emit(call.op, call.inputs, call.attrs, call.outputs, call.name, call.where)
+
+    def attr_to_input(
+        self, call: _Call, attr: str, position: int, dtype: np.dtype | str = np.int64
+    ) -> None:
+        """Move attribute ``attr`` (if given) into input ``position`` as a constant."""
+        if attr not in call.attrs:
+            return
+        data = np.asarray(call.attrs.pop(attr), dtype=dtype)
+        value = self.new_constant(f"{call.name or call.op.lower()}_{attr}", data)
+        while len(call.inputs) < position:
+            call.inputs.append(None)
+        if len(call.inputs) == position:
+            call.inputs.append(value)
+        else:
+            call.inputs[position] = value
+
+
+@dataclass
+class _Call:
+    """One ONNX node on its way to becoming a kiln node (mutable while it is normalised)."""
+
+    op: str
+    inputs: list[Value | None]
+    attrs: dict[str, Any]
+    outputs: list[str]
+    name: str
+    where: str
+    version: int
+
+
+def _drop_attrs(call: _Call, *names: str) -> None:
+    for name in names:
+        call.attrs.pop(name, None)
+
+
+# -- older-opset forms rewritten into the opset-21 form ------------------------------------
+
+
+def _axes_as_input(position: int) -> Callable[[_Importer, _Call], None]:
+    def rewrite(imp: _Importer, call: _Call) -> None:
+        imp.attr_to_input(call, "axes", position)
+        imp.finish(call)
+
+    return rewrite
+
+
+def _split(imp: _Importer, call: _Call) -> None:
+    imp.attr_to_input(call, "split", 1)
+    has_sizes = len(call.inputs) > 1 and call.inputs[1] is not None
+    if not has_sizes and call.attrs.get("num_outputs") is None:
+        call.attrs["num_outputs"] = len(call.outputs)  # before opset 18: as many as declared
+    imp.finish(call)
+
+
+def _clip(imp: _Importer, call: _Call) -> None:
+    if "min" in call.attrs or "max" in call.attrs:  # opset < 11
+        x = call.inputs[0]
+        dtype = x.dtype if x is not None else np.float32
+        low = call.attrs.pop("min", None)
+        high = call.attrs.pop("max", None)
+        call.inputs = [
+            x,
+            None if low is None else imp.new_constant(f"{call.name}_min", np.asarray(low, dtype)),
+            None if high is None else imp.new_constant(f"{call.name}_max", np.asarray(high, dtype)),
+        ]
+    imp.finish(call)
+
+
+def _pad(imp: _Importer, call: _Call) -> None:
+    if "pads" in call.attrs:  # opset < 11
+        x = call.inputs[0]
+        value = call.attrs.pop("value", 0.0)
+        imp.attr_to_input(call, "pads", 1)
+        fill = np.asarray(value, dtype=x.dtype if x is not None else np.float32)
+        call.inputs = call.inputs[:2] + [imp.new_constant(f"{call.name}_value", fill)]
+    imp.finish(call)
+
+
+def _slice(imp: _Importer, call: _Call) -> None:
+    if "starts" in call.attrs:  # opset < 10
+        axes = call.attrs.pop("axes", None)
+        imp.attr_to_input(call, "starts", 1)
+        imp.attr_to_input(call, "ends", 2)
+        if axes is not None:
+            call.attrs["axes"] = axes
+            imp.attr_to_input(call, "axes", 3)
+    imp.finish(call)
+
+
+def _topk(imp: _Importer, call: _Call) -> None:
+    if "k" in call.attrs:  # opset < 10
+        call.attrs["k"] = [call.attrs["k"]]
+        imp.attr_to_input(call, "k", 1)
+    imp.finish(call)
+
+
+def _dropout(imp: _Importer, call: _Call) -> None:
+    _drop_attrs(call, "is_test")
+    if "ratio" in call.attrs:  # opset < 12; the ratio does not matter at inference
+        call.attrs.pop("ratio")
+    imp.finish(call)
+
+
+def _batch_norm(imp: _Importer, call: _Call) -> None:
+    spatial = call.attrs.pop("spatial", 1)
+    _drop_attrs(call, "is_test")
+    if spatial != 1:
+        raise UnsupportedOperationError(
+            f"{call.where}: BatchNormalization with spatial=0 (opset < 9) is not supported"
+        )
+    imp.finish(call)
+
+
+def _softmax(imp: _Importer, call: _Call) -> None:
+    """Softmax, LogSoftmax before opset 13: the input is coerced to 2-D at ``axis`` (default
+    1) and normalised over the flattened trailing part."""
+    if call.version >= 13:
+        imp.finish(call)
+        return
+    x = call.inputs[0]
+    assert x is not None
+    axis = call.attrs.pop("axis", 1)
+    rank = x.type.ndim
+    axis = axis + rank if axis < 0 else axis
+    if axis >= rank - 1:
+        call.attrs["axis"] = -1
+        imp.finish(call)
+        return
+    base = call.name or call.op.lower()
+    (flat,) = imp.emit(
+        "Flatten", [x], {"axis": axis}, [imp.scope.fresh(f"{base}_2d")], "", call.where
+    )
+    (normalised,) = imp.emit(
+        call.op, [flat], {"axis": -1}, [imp.scope.fresh(f"{base}_flat")], call.name, call.where
+    )
+    (shape,) = imp.emit("Shape", [x], {}, [imp.scope.fresh(f"{base}_shape")], "", call.where)
+    imp.emit("Reshape", [normalised, shape], {}, call.outputs, "", call.where)
+
+
+def _resize(imp: _Importer, call: _Call) -> None:
+    if call.version < 11:  # (X, scales): asymmetric coordinates, floor for nearest
+        _upsample_like(imp, call)
+        return
+    imp.finish(call)
+
+
+def _upsample(imp: _Importer, call: _Call) -> None:
+    if "scales" in call.attrs:  # Upsample 7-8: scales as an attribute
+        scales = np.asarray(call.attrs.pop("scales"), np.float32)
+        call.inputs = [call.inputs[0], imp.new_constant(f"{call.name}_scales", scales)]
+    _drop_attrs(call, "width_scale", "height_scale")
+    _upsample_like(imp, call)
+
+
+def _upsample_like(imp: _Importer, call: _Call) -> None:
+    mode = call.attrs.pop("mode", "nearest")
+    if mode == "bilinear":
+        mode = "linear"
+    attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric"}
+    if mode == "nearest":
+        attrs["nearest_mode"] = "floor"
+    if call.attrs:
+        unknown = ", ".join(sorted(call.attrs))
+        raise UnsupportedOperationError(f"{call.where}: unsupported attribute(s) {unknown}")
+    x, scales = call.inputs[0], call.inputs[1]
+    call.op = "Resize"
+    call.inputs = [x, None, scales]
+    call.attrs = attrs
+    imp.finish(call)
+
+
+def _legacy_broadcast(imp: _Importer, call: _Call) -> None:
+    """Binary operators before opset 7: ``broadcast=1`` with ``axis`` aligns B's dims with A's
+    starting at ``axis`` (not right-aligned); without ``axis`` it is NumPy-style already."""
+    if call.version >= 7:
+        imp.finish(call)
+        return
+    broadcast = call.attrs.pop("broadcast", 0)
+    axis = call.attrs.pop("axis", None)
+    a, b = call.inputs[0], call.inputs[1]
+    if broadcast and axis is not None and a is not None and b is not None:
+        trailing = a.type.ndim - (axis % max(a.type.ndim, 1)) - b.type.ndim
+        if trailing > 0:
+            axes = np.arange(b.type.ndim, b.type.ndim + trailing, dtype=np.int64)
+            axes_value = imp.new_constant(f"{call.name or call.op.lower()}_axes", axes)
+            (b,) = imp.emit(
+                "Unsqueeze",
+                [b, axes_value],
+                {},
+                [imp.scope.fresh(f"{b.name}_aligned")],
+                "",
+                call.where,
+            )
+            call.inputs[1] = b
+    imp.finish(call)
+
+
+def _reshape(imp: _Importer, call: _Call) -> None:
+    imp.attr_to_input(call, "shape", 1)  # Reshape-1: the target shape as an attribute
+    imp.finish(call)
+
+
+def _gemm(imp: _Importer, call: _Call) -> None:
+    _drop_attrs(call, "broadcast")  # Gemm < 7: C broadcasts unidirectionally, as now
+    imp.finish(call)
+
+
+_REWRITES: dict[str, Callable[[_Importer, _Call], None]] = {
+    **{
+        op: _legacy_broadcast
+        for op in (
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Pow",
+            "And",
+            "Or",
+            "Xor",
+            "Equal",
+            "Greater",
+            "Less",
+        )
+    },
+    "Reshape": _reshape,
+    "Gemm": _gemm,
+    **{
+        op: _axes_as_input(1)
+        for op in (
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceMax",
+            "ReduceMean",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceSum",
+            "ReduceSumSquare",
+            "Squeeze",
+            "Unsqueeze",
+        )
+    },
+    "Split": _split,
+    "Clip": _clip,
+    "Pad": _pad,
+    "Slice": _slice,
+    "TopK": _topk,
+    "Dropout": _dropout,
+    "BatchNormalization": _batch_norm,
+    "Softmax": _softmax,
+    "LogSoftmax": _softmax,
+    "Resize": _resize,
+    "Upsample": _upsample,
+}
+
+
+# -- types, tensors, attributes ------------------------------------------------------------
+
+_FOLD_LIMIT = 64
+
+
+def _known_array(value: Value) -> np.ndarray | None:
+    """The contents of a small value whose type knows them statically, else None."""
+    t = value.type
+    if t.value is None or not all(isinstance(d, int) for d in t.shape):
+        return None
+    if not all(isinstance(v, (int, float)) for v in t.value):
+        return None  # a symbolic size: only the operators' own rules compute with those
+    return np.asarray(t.value).astype(t.dtype).reshape(t.shape)
+
+
+def _with_known_values(
+    opdef: Any, inputs: Sequence[Value | None], attrs: dict[str, Any], types: list[TensorType]
+) -> list[TensorType]:
+    """Types completed with the contents of small integer/bool outputs whose inputs are all
+    known (``Where(Equal(Shape(x), 4), ...)`` in a model's shape arithmetic), computed with the
+    operator's kernel, so a later Reshape/Expand still knows its target shape. Types only:
+    the graph itself is unchanged."""
+    if not inputs or all(t.value is not None for t in types):
+        return types
+    if not all(t.dtype.kind in "biu" and t.ndim <= 1 for t in types):
+        return types
+    arrays = []
+    for v in inputs:
+        if v is None:
+            arrays.append(None)
+            continue
+        array = _known_array(v)
+        if array is None:
+            return types
+        arrays.append(array)
+    from ..ops.dispatch import run_kernel
+
+    try:
+        results = run_kernel(opdef, arrays, attrs)
+    except Exception:  # folding is an optimisation of typing; the kernel runs again later
+        return types
+    out = []
+    for t, r in zip(types, results):
+        if t.value is None and r.size <= _FOLD_LIMIT and tuple(r.shape) == tuple(t.shape):
+            t = TensorType(t.dtype, t.shape, tuple(int(x) for x in r.reshape(-1)))
+        out.append(t)
+    return out + types[len(out) :]
+
+
+def supported_operators() -> list[str]:
+    """The ONNX operators :func:`load` accepts (the registry's, plus older forms it rewrites).
+
+    Example:
+        >>> "Upsample" in supported_operators() and "MatMul" in supported_operators()
+        True
+    """
+    from ..ops.registry import all_ops
+
+    names = {op.name for op in all_ops() if not op.domain} | {k for k in _REWRITES if "." not in k}
+    return sorted(names)
+
+
+def _all_names(g: Any) -> list[str]:
+    names = [t.name for t in g.initializer] + [i.name for i in g.input]
+    for node in g.node:
+        names.extend(n for n in node.output if n)
+        if node.name:
+            names.append(node.name)
+    return names
+
+
+def _dtype(code: int, where: str) -> np.dtype:
+    try:
+        return dtype_from_onnx_code(code)
+    except KilnError:
+        onnx = _onnx()
+        try:
+            type_name = onnx.TensorProto.DataType.Name(code)
+        except ValueError:
+            type_name = str(code)
+        raise UnsupportedOperationError(
+            f"{where}: ONNX element type {type_name} is not supported by kiln (it supports bool, "
+            "int8-64, uint8-64, float16, bfloat16, float32, float64)"
+        ) from None
+
+
+def _value_type(info: Any, where: str) -> TensorType:
+    kind = info.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise UnsupportedOperationError(
+            f"{where}: has type {kind or 'unknown'}; kiln supports tensor values only"
+        )
+    tensor_type = info.type.tensor_type
+    dtype = _dtype(tensor_type.elem_type, where)
+    if not tensor_type.HasField("shape"):
+        raise UnsupportedOperationError(f"{where}: has no shape (not even a rank); kiln needs one")
+    dims: list[Dim] = []
+    for i, d in enumerate(tensor_type.shape.dim):
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(_symbol(d.dim_param))
+        else:
+            dims.append(fresh_symbol(f"{info.name}_{i}"))
+    return TensorType(dtype, tuple(dims))
+
+
+def _symbol(text: str) -> Dim:
+    """The symbol named ``text``; a name that is not an identifier (``2*B + 1``, written by
+    an exporter for a computed size) is kept as one opaque symbol of that text."""
+    return symbol(text)
+
+
+def _constant_type(data: np.ndarray) -> TensorType:
+    # The type a tensor holding ``data`` has (known contents of small int/float vectors), so
+    # an imported constant is typed exactly as a traced one.
+    from ..tensor import asarray
+
+    return asarray(data).type
+
+
+def _array(onnx: Any, tensor: Any, where: str) -> np.ndarray:
+    dtype = _dtype(tensor.data_type, where)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise UnsupportedOperationError(
+            f"{where}: its data is stored in an external file that was not loaded; load the "
+            "model from its path (kiln.io.load(path)) so the external data is found"
+        )
+    array = onnx.numpy_helper.to_array(tensor)
+    return np.asarray(array, dtype=dtype).reshape(tuple(tensor.dims))
+
+
+def _attribute_value(onnx: Any, a: Any, where: str) -> Any:
+    t = onnx.AttributeProto
+    if a.type == t.INT:
+        return int(a.i)
+    if a.type == t.FLOAT:
+        return float(a.f)
+    if a.type == t.STRING:
+        return a.s.decode()
+    if a.type == t.INTS:
+        return tuple(int(v) for v in a.ints)
+    if a.type == t.FLOATS:
+        return tuple(float(v) for v in a.floats)
+    if a.type == t.STRINGS:
+        return tuple(s.decode() for s in a.strings)
+    if a.type == t.TENSOR:
+        return _array(onnx, a.t, f"{where} attribute {a.name!r}")
+    raise UnsupportedOperationError(
+        f"{where}: attribute {a.name!r} has type {t.AttributeType.Name(a.type)}; kiln supports "
+        "int, float, string, ints, floats, strings and tensor attributes (no subgraphs)"
+    )
