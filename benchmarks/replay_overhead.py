@@ -14,8 +14,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import kiln  # noqa: E402
 from timing import machine, median_seconds, write_json  # noqa: E402
+
+import kiln  # noqa: E402
 
 
 def target(xs):

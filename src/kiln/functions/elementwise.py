@@ -67,6 +67,7 @@ __all__ = [
     "sinh",
     "cosh",
     "tanh",
+    "erf",
     "arcsinh",
     "arccosh",
     "arctanh",
@@ -419,6 +420,20 @@ arctan = _float_unary("arctan", np.arctan, "Atan", "The inverse tangent.", "[0.0
 sinh = _float_unary("sinh", np.sinh, "Sinh", "The hyperbolic sine.", "[0.0]", "[0.0]")
 cosh = _float_unary("cosh", np.cosh, "Cosh", "The hyperbolic cosine.", "[0.0]", "[1.0]")
 tanh = _float_unary("tanh", np.tanh, "Tanh", "The hyperbolic tangent.", "[0.0]", "[0.0]")
+
+
+def erf(x: Any) -> Tensor:
+    """The error function (NumPy has none; dtypes resolve as for ``np.tanh``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.erf(kiln.tensor([0.0])).tolist()
+        [0.0]
+    """
+    (a,), _ = _resolve(np.tanh, x)
+    return call("Erf", a)
+
+
 arcsinh = _float_unary(
     "arcsinh", np.arcsinh, "Asinh", "The inverse hyperbolic sine.", "[0.0]", "[0.0]"
 )

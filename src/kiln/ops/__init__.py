@@ -5,7 +5,7 @@ Importing this package registers every operator.
 
 from __future__ import annotations
 
-from . import elementwise, linalg, nn, reduce, shape  # noqa: F401  # register the families
+from . import elementwise, fused, linalg, nn, reduce, shape  # noqa: F401  # register the families
 from .dispatch import call, dispatch
 from .registry import OpDef, TensorType, all_ops, get_op, register
 

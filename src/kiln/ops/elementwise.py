@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
-from ..symbolic import Dim, dim_max, dim_min, floordiv, mod
+from ..symbolic import Dim, dim_max, dim_min, floordiv, format_shape, mod
 from .registry import (
     COMMUTATIVE,
     ELEMENTWISE,
@@ -807,6 +807,59 @@ unary(
     reference=_pointwise(lambda v: v * math.tanh(math.log1p(math.exp(v)))),
 )
 unary(
+    "Celu",
+    "max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).",
+    _in_float(
+        lambda x, *, alpha: np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha))
+    ),
+    FLOATS,
+    attrs={"alpha": Attr("float", 1.0)},
+    sample_attrs=({}, {"alpha": 2.0}),
+    reference=_pointwise(
+        lambda v, alpha: max(0.0, v) + min(0.0, alpha * (math.exp(v / alpha) - 1.0))
+    ),
+)
+unary(
+    "ThresholdedRelu",
+    "x where x > alpha, else 0.",
+    lambda x, *, alpha: np.where(x > alpha, x, x.dtype.type(0)),
+    FLOATS,
+    attrs={"alpha": Attr("float", 1.0)},
+    sample_attrs=({}, {"alpha": 0.5}),
+    reference=_pointwise(lambda v, alpha: v if v > alpha else 0.0),
+)
+
+
+def _shrink_kernel(x: np.ndarray, *, bias: float, lambd: float) -> np.ndarray:
+    # the comparisons and the bias in float64, so integer inputs take float attributes exactly
+    wide = x.astype(np.float64)
+    out = np.where(wide < -lambd, wide + bias, np.where(wide > lambd, wide - bias, 0.0))
+    return out.astype(x.dtype)
+
+
+unary(
+    "Shrink",
+    "x - bias where x > lambd, x + bias where x < -lambd, else 0.",
+    _shrink_kernel,
+    NUMERIC,
+    attrs={"bias": Attr("float", 0.0), "lambd": Attr("float", 0.5)},
+    sample_dtypes=(*_F32_F64, dtypes.int32),
+    sample_attrs=({}, {"bias": 1.5, "lambd": 1.5}),
+    io_names=("input", "output"),
+    reference=_pointwise(
+        lambda v, bias, lambd: v - bias if v > lambd else (v + bias if v < -lambd else 0)
+    ),
+)
+unary(
+    "Swish",
+    "x * sigmoid(alpha * x) (ONNX opset 24).",
+    _in_float(lambda x, *, alpha: x * _sigmoid(alpha * x)),
+    FLOATS,
+    attrs={"alpha": Attr("float", 1.0)},
+    sample_attrs=({}, {"alpha": 1.702}),
+    reference=_pointwise(lambda v, alpha: v / (1.0 + math.exp(-alpha * v))),
+)
+unary(
     "IsNaN",
     "True where x is NaN.",
     np.isnan,
@@ -977,6 +1030,65 @@ register(
 )
 
 
+# -- CastLike ------------------------------------------------------------------------------
+
+
+def _cast_like_infer(
+    inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
+) -> list[TensorType]:
+    x = require("CastLike", "input", inputs[0])
+    like = require("CastLike", "target_type", inputs[1])
+    require_dtype("CastLike", "input", x, ALL)
+    require_dtype("CastLike", "target_type", like, ALL)
+    value = x.value if dtypes.is_integer(like.dtype) and dtypes.is_integer(x.dtype) else None
+    return [TensorType(like.dtype, x.shape, value)]
+
+
+def _cast_like_kernel(
+    x: np.ndarray, like: np.ndarray, *, saturate: int = 1, round_mode: str = "up"
+) -> np.ndarray:
+    return x.astype(like.dtype)
+
+
+def _cast_like_samples() -> list[Sample]:
+    def reference(x: np.ndarray, like: np.ndarray, **_: Any) -> np.ndarray:
+        # element by element through Python scalars: int() truncates toward zero, as Cast
+        flat = x.reshape(-1).tolist()
+        if like.dtype == np.bool_:
+            wide = np.array([bool(v) for v in flat], dtype=np.bool_)
+        elif dtypes.is_integer(like.dtype):
+            wide = np.array([int(v) for v in flat], dtype=np.int64)
+        else:
+            wide = np.array([float(v) for v in flat], dtype=np.float64)
+        return wide.astype(like.dtype).reshape(x.shape)
+
+    out = []
+    for src in (dtypes.float32, dtypes.int64, dtypes.bool_, dtypes.float16):
+        for dst in (dtypes.float64, dtypes.int32, dtypes.bool_, dtypes.bfloat16):
+            for shape, like_shape in (((2, 3), (1,)), ((0,), ()), ((1,), (4, 2))):
+                x = sample_array(shape, src, -5, 5)
+                like = sample_array(like_shape, dst)
+                out.append(Sample((x, like), {}, reference, name=f"{src.name}->{dst.name}{shape}"))
+    return out
+
+
+register(
+    OpDef(
+        name="CastLike",
+        doc="Each element of ``input`` converted to the dtype of ``target_type`` (whose "
+        "contents and shape are not used), as Cast.",
+        inputs=(Input("input"), Input("target_type")),
+        outputs=("output",),
+        attrs={"saturate": Attr("int", 1), "round_mode": Attr("str", "up")},
+        infer=_cast_like_infer,
+        kernel=_cast_like_kernel,
+        traits=frozenset({PURE}),
+        samples=_cast_like_samples,
+        since_version=21,
+    )
+)
+
+
 # -- binary arithmetic ---------------------------------------------------------------------
 
 _ARITH_SAMPLES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int8)
@@ -1026,23 +1138,19 @@ def _check_mod(a: TensorType, attrs: Mapping[str, Any]) -> None:
     fmod = attrs["fmod"]
     if fmod not in (0, 1):
         raise OpArgumentError(f"Mod: attribute 'fmod' must be 0 or 1, got {fmod}")
-    if fmod == 0 and dtypes.is_floating(a.dtype):
-        raise OpArgumentError(
-            f"Mod: floating-point inputs ({a.dtype}) need fmod=1; fmod=0 (the sign of the "
-            "divisor) is defined for integers only"
-        )
 
 
 def _mod_reference(a: Any, b: Any, *, fmod: int) -> Any:
     if isinstance(a, float):
-        return math.fmod(a, b)
+        # Python's float % is A - floor(A / B) * B with the divisor's sign (ONNX Mod-28 fmod=0)
+        return math.fmod(a, b) if fmod else a % b
     return a - b * _int_trunc_div(a, b) if fmod else a % b
 
 
 binary(
     "Mod",
-    "Remainder: fmod=0 takes the divisor's sign (integers only), fmod=1 the dividend's "
-    "(C fmod; required for floats).",
+    "Remainder: fmod=0 is A - floor(A / B) * B (the divisor's sign, as Python; defined for "
+    "floats since opset 28), fmod=1 is A - trunc(A / B) * B (the dividend's sign, as C fmod).",
     _mod_kernel,
     NUMERIC,
     attrs={"fmod": Attr("int", 0)},
@@ -1058,8 +1166,66 @@ binary(
         5.0,
         _pointwise(_mod_reference),
         rhs_nonzero=True,
-        attrs=({"fmod": 1},),
+        attrs=({"fmod": 1}, {}),
     ),
+)
+
+
+# -- PRelu ---------------------------------------------------------------------------------
+
+_PRELU_DTYPES = frozenset(
+    {*dtypes.FLOAT_DTYPES, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64}
+)
+
+
+def _prelu_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    x = require("PRelu", "X", inputs[0])
+    slope = require("PRelu", "slope", inputs[1])
+    require_dtype("PRelu", "X", x, _PRELU_DTYPES)
+    require_same_dtype("PRelu", (x, slope), ("X", "slope"))
+    # unidirectional broadcasting: slope stretches to X's shape, never the other way
+    if broadcast("PRelu", x.shape, slope.shape) != tuple(x.shape) or slope.ndim > x.ndim:
+        raise OpArgumentError(
+            f"PRelu: input 'slope' has shape {format_shape(slope.shape)}; expected a shape "
+            f"that broadcasts to X's {format_shape(x.shape)} (unidirectional broadcasting)"
+        )
+    return [TensorType(x.dtype, x.shape)]
+
+
+def _prelu_kernel(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    return np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)
+
+
+def _prelu_samples() -> list[Sample]:
+    reference = _pointwise(lambda v, a: a * v if v < 0 else v)
+    shapes = (
+        ((2, 3, 4, 2), (3, 1, 1)),  # one slope per channel, as torch.nn.PReLU
+        ((2, 3, 4), (4,)),
+        ((3, 4), ()),
+        ((0, 3), (3,)),
+        ((1,), (1,)),
+        ((2, 5), (2, 5)),
+    )
+    out = []
+    for dt in (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.int32):
+        for sx, ss in shapes:
+            x = sample_array(sx, dt, -4.0, 4.0)
+            slope = sample_array(ss, dt, 0.0, 3.0)
+            out.append(Sample((x, slope), {}, reference, name=f"{dt.name}{sx}{ss}"))
+    return out
+
+
+register(
+    OpDef(
+        name="PRelu",
+        doc="x for x >= 0, slope * x below; slope broadcasts unidirectionally to X.",
+        inputs=(Input("X"), Input("slope")),
+        outputs=("Y",),
+        infer=_prelu_infer,
+        kernel=_prelu_kernel,
+        traits=frozenset({ELEMENTWISE, PURE}),
+        samples=_prelu_samples,
+    )
 )
 
 

@@ -1751,8 +1751,17 @@ register(
 )
 
 _RANGE_DTYPES = frozenset(
-    {dtypes.float32, dtypes.float64, dtypes.int16, dtypes.int32, dtypes.int64}
+    {
+        dtypes.float16,
+        dtypes.bfloat16,
+        dtypes.float32,
+        dtypes.float64,
+        dtypes.int16,
+        dtypes.int32,
+        dtypes.int64,
+    }
 )
+_HALF_DTYPES = (dtypes.float16, dtypes.bfloat16)
 
 
 def _range_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -1785,22 +1794,31 @@ def _range_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
     return [TensorType(dtype, (n,))]
 
 
-def _range_kernel(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
+def _range_kernel(
+    start: np.ndarray, limit: np.ndarray, delta: np.ndarray, *, stash_type: int = 1
+) -> np.ndarray:
+    dtype = start.dtype
+    if dtype in _HALF_DTYPES and stash_type == 1:  # Range-27: half precision steps in float32
+        start, limit, delta = (a.astype(np.float32) for a in (start, limit, delta))
     s, lim, d = start[()], limit[()], delta[()]
     n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
-    return (s + np.arange(n, dtype=start.dtype) * d).astype(start.dtype)
+    return (s + np.arange(n, dtype=start.dtype) * d).astype(dtype)
 
 
 def _range_samples() -> list[Sample]:
-    def ref(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    def ref(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, **_: Any) -> np.ndarray:
         values = []
-        v = start[()]
+        s, lim, d = (float(a) if a.dtype.kind == "f" or a.dtype in _HALF_DTYPES else int(a)
+                     for a in (start, limit, delta))
+        v = s
         i = 0
-        while (delta > 0 and v < limit) or (delta < 0 and v > limit):
+        while (d > 0 and v < lim) or (d < 0 and v > lim):
             values.append(v)
             i += 1
-            v = start[()] + i * delta[()]
-        return np.array(values, dtype=start.dtype)
+            v = s + i * d
+        return np.array(values, dtype=np.float64 if isinstance(s, float) else np.int64).astype(
+            start.dtype
+        )
 
     out = []
     for dt, (s, lim, d) in (
@@ -1810,6 +1828,8 @@ def _range_samples() -> list[Sample]:
         (dtypes.int64, (5, 0, 1)),
         (dtypes.float32, (0.5, 2.0, 0.25)),
         (dtypes.float64, (1.0, -1.0, -0.5)),
+        (dtypes.float16, (1.0, 4.0, 0.5)),
+        (dtypes.bfloat16, (8.0, 2.0, -1.5)),
     ):
         args = tuple(np.array(v, dtype=dt) for v in (s, lim, d))
         out.append(Sample(args, {}, ref, name=f"{dt.name}({s},{lim},{d})"))
@@ -1822,6 +1842,11 @@ register(
         doc="start, start + delta, ... up to (excluding) limit.",
         inputs=(Input("start"), Input("limit"), Input("delta")),
         outputs=("output",),
+        attrs={
+            "stash_type": Attr(
+                "int", 1, "1: float16/bfloat16 ranges are computed in float32 (Range-27)"
+            )
+        },
         infer=_range_infer,
         kernel=_range_kernel,
         traits=_SHAPE | {DATA_DEPENDENT_SHAPE},  # the length depends on the bounds' values

@@ -1,4 +1,19 @@
-"""The default optimizer pipeline: the transforms ``optimize()`` runs when given none."""
+"""The default optimizer pipeline: the transforms ``optimize()`` runs when given none.
+
+One iteration runs, in order:
+
+1. folding and simplification: shapes and constants fold, algebraic identities apply, and
+   common subexpressions merge (so later patterns see one ``x - mean`` instead of two);
+2. pattern fusions onto registry operators: LayerNorm, RMSNorm, GELU, softmax, then attention
+   (it matches the ``Softmax`` node the softmax fusion made);
+3. matrix products: transposes fold into Gemm flags, MatMul + bias becomes Gemm;
+4. elementwise fusion last, so it only groups what no pattern claimed (only when asked for:
+   see :func:`default_pipeline`);
+5. dead code elimination, removing what the rewrites left unused.
+
+The driver repeats the iteration until nothing changes (``ModelGraph.default_max_iterations``
+caps it); every pass is idempotent, so optimizing an optimized graph reports zero changes.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +21,47 @@ from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fold_shapes import fold_shapes
+from .fold_transpose_into_matmul import fold_transpose_into_matmul
+from .fuse_attention import fuse_attention
+from .fuse_elementwise import fuse_elementwise
+from .fuse_gelu import fuse_gelu
+from .fuse_gemm import fuse_gemm
+from .fuse_layer_norm import fuse_layer_norm
+from .fuse_rms_norm import fuse_rms_norm
+from .fuse_softmax import fuse_softmax
+from .simplify_algebra import simplify_algebra
 from .transform import Transform
 
 __all__ = ["default_pipeline"]
 
 
-def default_pipeline() -> list[Transform]:
-    """The built-in transforms, in the order one iteration applies them."""
-    return [fold_shapes, fold_constants, eliminate_common_subexpressions, eliminate_dead_code]
+def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
+    """The built-in transforms, in the order one iteration applies them.
+
+    Args:
+        elementwise_fusion: Also run :func:`~kiln.optim.fuse_elementwise` (numexpr) last. Off
+            by default: measured on the 2-core development machine, numexpr evaluated a fused
+            tanh-GELU on 4096x1024 float32 in 33-75 ms against 8-13 ms for NumPy's own
+            operators (NumPy 2's SIMD ``tanh`` is about 100x faster than numexpr's without
+            VML), and even pure arithmetic chains ran about 2x slower.
+
+    Example:
+        >>> [t.name for t in default_pipeline()][:3]
+        ['fold_shapes', 'fold_constants', 'simplify_algebra']
+    """
+    return [
+        fold_shapes,
+        fold_constants,
+        simplify_algebra,
+        eliminate_common_subexpressions,
+        eliminate_dead_code,
+        fuse_layer_norm,
+        fuse_rms_norm,
+        fuse_gelu,
+        fuse_softmax,
+        fuse_attention,
+        fold_transpose_into_matmul,
+        fuse_gemm,
+        *([fuse_elementwise] if elementwise_fusion else []),
+        eliminate_dead_code,
+    ]

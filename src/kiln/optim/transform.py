@@ -32,11 +32,14 @@ class DefaultsOptions:
         allow_reassociation: Allow rewrites that reorder floating-point math (off by default:
             results then match eager bit for bit where the kernels do).
         verify: Check the IR's invariants after every transform (slower; for debugging).
+        fusion_min_elements: Elementwise fusion only fuses regions whose results hold at
+            least this many elements (smaller ones cost more in call overhead than they save).
     """
 
     constant_folding_limit: int = 1 << 16
     allow_reassociation: bool = False
     verify: bool = False
+    fusion_min_elements: int = 1 << 15
 
 
 RewriteFn = Callable[["ModelGraph", DefaultsOptions], "tuple[ModelGraph, int]"]

@@ -1,0 +1,913 @@
+"""The XLA engine: a graph lowered to ``jax.numpy`` / ``jax.lax`` and compiled with ``jax.jit``.
+
+XLA fuses elementwise chains into single loops and picks its own GEMM and convolution
+kernels, so large graphs run far faster than NumPy's one-op-at-a-time execution (a tanh-GELU
+on 4096x1024 float32 runs at about the speed of a memory copy). The engine is optional: it
+needs ``jax`` (``pip install jax``).
+
+Lowering is one table, :data:`LOWERINGS`, from registry operator name to a function over jax
+arrays with the operator's ONNX semantics; an operator missing from it makes the graph
+ineligible (:func:`unsupported_ops`). A kiln-domain (fused) operator without a lowering is
+lowered through its ``expand`` into ONNX-domain nodes. Values known when tracing (constants,
+``Shape`` of a traced array, arithmetic on those) stay NumPy and are computed by the registry
+kernel, so shape subgraphs never reach XLA and Reshape/Slice/... read static values. jit
+traces again for every new set of input shapes; a plan keeps at most :data:`MAX_TRACES` and
+runs further shapes on the NumPy plan.
+
+Example:
+    >>> import kiln, numpy as np
+    >>> g = kiln.trace(lambda x: np.tanh(x) * 2, kiln.ones((2, 3), "float32")).graph
+    >>> plan = JaxPlan(g)  # doctest: +SKIP
+    >>> plan.run_arrays([np.zeros((2, 3), np.float32)])[0].shape  # doctest: +SKIP
+    (2, 3)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import DeviceUnavailableError, UnsupportedOperationError
+from ..ops.dispatch import as_outputs
+from ..ops.elementwise import dtype_from_onnx_code
+from ..ops.registry import get_op
+from ..tensor import Tensor
+from .inputs import InputChecker
+
+if TYPE_CHECKING:
+    from ..ir.graph import ModelGraph, Node
+
+__all__ = ["JaxPlan", "LOWERINGS", "available", "unsupported_ops", "MAX_TRACES"]
+
+MAX_TRACES = 8  # input-shape sets one plan compiles; further shapes run on the NumPy plan
+# Constants up to this many elements are embedded in the XLA program; larger ones (weights)
+# are passed as device-resident arguments, which keeps compilation fast.
+EMBED_MAX_ELEMENTS = 64
+
+_jax: Any = None
+_jnp: Any = None
+_lax: Any = None
+
+
+def available() -> bool:
+    """True when ``jax`` can be imported."""
+    try:
+        _load()
+    except DeviceUnavailableError:
+        return False
+    return True
+
+
+def _load() -> None:
+    global _jax, _jnp, _lax
+    if _jax is not None:
+        return
+    try:
+        import jax
+        import jax.numpy as jnp
+        from jax import lax
+    except ImportError as exc:
+        raise DeviceUnavailableError(
+            "the 'jax' engine needs the 'jax' package, which is not installed: "
+            "pip install jax (or finalize with engine='numpy')"
+        ) from exc
+    _jax, _jnp, _lax = jax, jnp, lax
+
+
+class NotLowerable(UnsupportedOperationError):
+    """A node the jax engine cannot express (an attribute combination, a traced shape input)."""
+
+
+def _is_static(x: Any) -> bool:
+    return x is None or isinstance(x, np.ndarray)
+
+
+def _static_ints(op: str, name: str, x: Any) -> list[int]:
+    if not isinstance(x, np.ndarray):
+        raise NotLowerable(f"{op}: input {name!r} must be known when compiling for jax")
+    return [int(v) for v in x.reshape(-1)]
+
+
+# -- the lowering table ---------------------------------------------------------------------
+# Each entry takes the node's inputs (jax arrays, NumPy arrays for known values, None for an
+# omitted optional input) and its bound attributes, and returns an array or a tuple of them.
+
+
+def _unary(name: str) -> Callable[..., Any]:
+    def lower(x: Any) -> Any:
+        return getattr(_jnp, name)(x)
+
+    return lower
+
+
+def _binary(name: str) -> Callable[..., Any]:
+    def lower(a: Any, b: Any) -> Any:
+        return getattr(_jnp, name)(a, b)
+
+    return lower
+
+
+def _float_only(op: str, x: Any) -> None:
+    if not np.issubdtype(x.dtype, np.floating) and x.dtype.name != "bfloat16":
+        raise NotLowerable(f"{op}: the jax lowering covers floating-point inputs only")
+
+
+def _div(a: Any, b: Any) -> Any:
+    if np.issubdtype(a.dtype, np.integer):
+        a, b = _jnp.broadcast_arrays(a, b)
+        return _lax.div(a, b)  # truncates toward zero, as ONNX integer Div
+    return _jnp.divide(a, b)
+
+
+def _pow(x: Any, y: Any) -> Any:
+    if x.dtype != y.dtype or not (
+        np.issubdtype(x.dtype, np.floating) or x.dtype.name == "bfloat16"
+    ):
+        raise NotLowerable("Pow: the jax lowering covers one floating-point dtype only")
+    return _jnp.power(x, y)
+
+
+def _mod(a: Any, b: Any, *, fmod: int) -> Any:
+    return _jnp.fmod(a, b) if fmod else _jnp.remainder(a, b)
+
+
+def _cast(x: Any, *, to: int, saturate: int, round_mode: str) -> Any:
+    target = dtype_from_onnx_code(to)
+    if np.issubdtype(x.dtype, np.floating) and not np.issubdtype(target, np.floating):
+        raise NotLowerable("Cast: float to integer/bool casts stay on NumPy (edge semantics)")
+    return x.astype(target)
+
+
+def _clip(x: Any, lo: Any = None, hi: Any = None) -> Any:
+    if lo is not None:
+        x = _jnp.maximum(x, lo)
+    if hi is not None:
+        x = _jnp.minimum(x, hi)
+    return x
+
+
+def _relu(x: Any) -> Any:
+    return _jnp.maximum(x, _jnp.zeros((), x.dtype))
+
+
+def _gelu(x: Any, *, approximate: str) -> Any:
+    _float_only("Gelu", x)
+    return _jax.nn.gelu(x, approximate=approximate == "tanh")
+
+
+def _leaky_relu(x: Any, *, alpha: float) -> Any:
+    return _jnp.where(x >= 0, x, (alpha * x).astype(x.dtype))
+
+
+def _elu(x: Any, *, alpha: float) -> Any:
+    return _jnp.where(x >= 0, x, (alpha * _jnp.expm1(_jnp.minimum(x, 0))).astype(x.dtype))
+
+
+def _selu(x: Any, *, alpha: float, gamma: float) -> Any:
+    w = x.astype(_jnp.float32) if x.dtype.itemsize < 4 else x
+    y = _jnp.where(w > 0, gamma * w, gamma * (alpha * _jnp.exp(_jnp.minimum(w, 0)) - alpha))
+    return y.astype(x.dtype)
+
+
+def _hard_sigmoid(x: Any, *, alpha: float, beta: float) -> Any:
+    return _jnp.clip(alpha * x + beta, 0, 1).astype(x.dtype)
+
+
+def _hard_swish(x: Any) -> Any:
+    w = x.astype(_jnp.float32) if x.dtype.itemsize < 4 else x
+    return (w * _jnp.clip(w / 6 + 0.5, 0, 1)).astype(x.dtype)
+
+
+def _softplus(x: Any) -> Any:
+    w = x.astype(_jnp.float32) if x.dtype.itemsize < 4 else x
+    return _jax.nn.softplus(w).astype(x.dtype)
+
+
+def _mish(x: Any) -> Any:
+    w = x.astype(_jnp.float32) if x.dtype.itemsize < 4 else x
+    return (w * _jnp.tanh(_jax.nn.softplus(w))).astype(x.dtype)
+
+
+def _is_inf(x: Any, *, detect_negative: int, detect_positive: int) -> Any:
+    pos = _jnp.isposinf(x) if detect_positive else _jnp.zeros(x.shape, bool)
+    neg = _jnp.isneginf(x) if detect_negative else _jnp.zeros(x.shape, bool)
+    return pos | neg
+
+
+def _variadic(name: str) -> Callable[..., Any]:
+    def lower(*xs: Any) -> Any:
+        fn = getattr(_jnp, name)
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return _jnp.broadcast_to(out, np.broadcast_shapes(*(x.shape for x in xs)))
+
+    return lower
+
+
+def _mean(*xs: Any) -> Any:
+    if not np.issubdtype(xs[0].dtype, np.floating):
+        raise NotLowerable("Mean: the jax lowering covers floating-point inputs only")
+    total = _variadic("add")(*xs)
+    return (total / len(xs)).astype(xs[0].dtype)
+
+
+def _matmul(a: Any, b: Any) -> Any:
+    return _jnp.matmul(a, b).astype(a.dtype)
+
+
+def _gemm(
+    a: Any, b: Any, c: Any = None, *, alpha: float, beta: float, transA: int, transB: int
+) -> Any:  # noqa: N803
+    _float_only("Gemm", a)
+    y = _jnp.matmul(a.T if transA else a, b.T if transB else b)
+    if alpha != 1.0:
+        y = y * _jnp.asarray(alpha, y.dtype)
+    if c is not None and beta != 0.0:
+        y = y + (c * _jnp.asarray(beta, y.dtype) if beta != 1.0 else c)
+    return y.astype(a.dtype)
+
+
+def _einsum(*xs: Any, equation: str) -> Any:
+    return _jnp.einsum(equation, *xs).astype(xs[0].dtype)
+
+
+def _reduce_axes(op: str, x: Any, axes: Any, noop: int) -> tuple[int, ...] | None:
+    if axes is None:
+        return None if not noop else ()
+    values = _static_ints(op, "axes", axes)
+    if not values:
+        return None if not noop else ()
+    return tuple(a % max(x.ndim, 1) for a in values)
+
+
+def _reduction(name: str, float_only: bool = False) -> Callable[..., Any]:
+    def lower(x: Any, axes: Any = None, *, keepdims: int, noop_with_empty_axes: int) -> Any:
+        if float_only:
+            _float_only(name, x)
+        ax = _reduce_axes(name, x, axes, noop_with_empty_axes)
+        if x.size == 0 and name in ("ReduceMax", "ReduceMin"):
+            raise NotLowerable(f"{name}: reducing an empty array stays on NumPy")
+        if ax == ():
+            return _REDUCE_IDENTITY.get(name, lambda v: v)(x)
+        keep = bool(keepdims)
+        if name == "ReduceSum":
+            y = _jnp.sum(x, axis=ax, keepdims=keep, dtype=x.dtype)
+        elif name == "ReduceMean":
+            y = _jnp.mean(x, axis=ax, keepdims=keep)
+        elif name == "ReduceMax":
+            y = _jnp.max(x, axis=ax, keepdims=keep)
+        elif name == "ReduceMin":
+            y = _jnp.min(x, axis=ax, keepdims=keep)
+        elif name == "ReduceProd":
+            y = _jnp.prod(x, axis=ax, keepdims=keep, dtype=x.dtype)
+        elif name == "ReduceL1":
+            y = _jnp.sum(_jnp.abs(x), axis=ax, keepdims=keep, dtype=x.dtype)
+        elif name == "ReduceL2":
+            y = _jnp.sqrt(_jnp.sum(x * x, axis=ax, keepdims=keep))
+        elif name == "ReduceSumSquare":
+            y = _jnp.sum(x * x, axis=ax, keepdims=keep, dtype=x.dtype)
+        elif name == "ReduceLogSum":
+            y = _jnp.log(_jnp.sum(x, axis=ax, keepdims=keep))
+        else:  # ReduceLogSumExp
+            y = _jax.scipy.special.logsumexp(x, axis=ax, keepdims=keep)
+        return y.astype(x.dtype)
+
+    return lower
+
+
+_REDUCE_IDENTITY: dict[str, Callable[[Any], Any]] = {
+    "ReduceL1": lambda x: _jnp.abs(x),
+    "ReduceL2": lambda x: _jnp.abs(x),
+    "ReduceSumSquare": lambda x: x * x,
+    "ReduceLogSum": lambda x: _jnp.log(x),
+    "ReduceLogSumExp": lambda x: x,
+}
+
+
+def _arg(name: str) -> Callable[..., Any]:
+    def lower(x: Any, *, axis: int, keepdims: int, select_last_index: int) -> Any:
+        fn = _jnp.argmax if name == "ArgMax" else _jnp.argmin
+        ax = axis % x.ndim
+        if select_last_index:
+            n = x.shape[ax]
+            y = n - 1 - fn(_jnp.flip(x, ax), axis=ax, keepdims=bool(keepdims))
+        else:
+            y = fn(x, axis=ax, keepdims=bool(keepdims))
+        return y.astype(_jnp.int64)
+
+    return lower
+
+
+def _softmax(x: Any, *, axis: int) -> Any:
+    return _jax.nn.softmax(x, axis=axis)
+
+
+def _log_softmax(x: Any, *, axis: int) -> Any:
+    return _jax.nn.log_softmax(x, axis=axis)
+
+
+def _stash(x: Any, stash_type: int) -> Any:
+    if stash_type != 1:
+        raise NotLowerable("LayerNormalization: only stash_type=1 (float32) is lowered")
+    return _jnp.float64 if x.dtype == _jnp.float64 else _jnp.float32
+
+
+def _layer_norm(
+    x: Any, scale: Any, bias: Any = None, *, axis: int, epsilon: float, stash_type: int
+) -> Any:
+    work = _stash(x, stash_type)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    w = x.astype(work)
+    mean = _jnp.mean(w, axis=axes, keepdims=True)
+    centered = w - mean
+    inv_std = _lax.rsqrt(_jnp.mean(centered * centered, axis=axes, keepdims=True) + epsilon)
+    y = centered * inv_std * scale.astype(work)
+    if bias is not None:
+        y = y + bias.astype(work)
+    return y.astype(x.dtype), mean.astype(_jnp.float32), inv_std.astype(_jnp.float32)
+
+
+def _rms_norm(x: Any, scale: Any, *, axis: int, epsilon: float, stash_type: int) -> Any:
+    work = _stash(x, stash_type)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    w = x.astype(work)
+    inv = _lax.rsqrt(_jnp.mean(w * w, axis=axes, keepdims=True) + epsilon)
+    return (w * inv * scale.astype(work)).astype(x.dtype)
+
+
+def _batch_norm(
+    x: Any,
+    scale: Any,
+    b: Any,
+    mean: Any,
+    var: Any,
+    *,
+    epsilon: float,
+    momentum: float,
+    training_mode: int,
+) -> Any:
+    if training_mode:
+        raise NotLowerable("BatchNormalization: training_mode=1 stays on NumPy")
+    _float_only("BatchNormalization", x)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    inv = _lax.rsqrt(var.reshape(shape).astype(x.dtype) + _jnp.asarray(epsilon, x.dtype))
+    y = (x - mean.reshape(shape).astype(x.dtype)) * inv * scale.reshape(shape).astype(x.dtype)
+    return (y + b.reshape(shape).astype(x.dtype)).astype(x.dtype)
+
+
+def _instance_norm(x: Any, scale: Any, b: Any, *, epsilon: float) -> Any:
+    _float_only("InstanceNormalization", x)
+    axes = tuple(range(2, x.ndim))
+    w = x.astype(_jnp.float32) if x.dtype.itemsize < 4 else x
+    mean = _jnp.mean(w, axis=axes, keepdims=True)
+    var = _jnp.mean((w - mean) ** 2, axis=axes, keepdims=True)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (w - mean) * _lax.rsqrt(var + epsilon) * scale.reshape(shape) + b.reshape(shape)
+    return y.astype(x.dtype)
+
+
+def _reshape(x: Any, shape: Any, *, allowzero: int) -> Any:
+    target = _static_ints("Reshape", "shape", shape)
+    if not allowzero:
+        target = [x.shape[i] if s == 0 else s for i, s in enumerate(target)]
+    return _jnp.reshape(x, target)
+
+
+def _flatten(x: Any, *, axis: int) -> Any:
+    a = axis + x.ndim if axis < 0 else axis
+    return _jnp.reshape(x, (math.prod(x.shape[:a]), math.prod(x.shape[a:])))
+
+
+def _squeeze(x: Any, axes: Any = None) -> Any:
+    if axes is None:
+        return _jnp.squeeze(x)
+    return _jnp.squeeze(x, tuple(a % x.ndim for a in _static_ints("Squeeze", "axes", axes)))
+
+
+def _unsqueeze(x: Any, axes: Any) -> Any:
+    values = _static_ints("Unsqueeze", "axes", axes)
+    rank = x.ndim + len(values)
+    return _jnp.expand_dims(x, tuple(sorted(a % rank for a in values)))
+
+
+def _transpose(x: Any, *, perm: Sequence[int] | None) -> Any:
+    return _jnp.transpose(x, None if perm is None else tuple(perm))
+
+
+def _concat(*xs: Any, axis: int) -> Any:
+    return _jnp.concatenate(xs, axis=axis)
+
+
+def _split(x: Any, split: Any = None, *, axis: int, num_outputs: int | None) -> Any:
+    n = x.shape[axis]
+    if split is not None:
+        sizes = _static_ints("Split", "split", split)
+    else:
+        parts = num_outputs or 1
+        size = -(-n // parts)
+        sizes = [min(size, n - i * size) for i in range(parts)]
+    bounds = np.cumsum(sizes)[:-1].tolist()
+    return tuple(_jnp.split(x, bounds, axis=axis))
+
+
+def _slice(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Any:
+    st = _static_ints("Slice", "starts", starts)
+    en = _static_ints("Slice", "ends", ends)
+    ax = list(range(len(st))) if axes is None else _static_ints("Slice", "axes", axes)
+    sp = [1] * len(st) if steps is None else _static_ints("Slice", "steps", steps)
+    index = [slice(None)] * x.ndim
+    for s, e, a, p in zip(st, en, ax, sp):
+        index[a % x.ndim] = slice(s, e, p)
+    return x[tuple(index)]
+
+
+def _gather(x: Any, idx: Any, *, axis: int) -> Any:
+    ax = axis % x.ndim
+    if isinstance(idx, np.ndarray):
+        idx = np.where(idx < 0, idx + x.shape[ax], idx)
+    else:
+        idx = _jnp.where(idx < 0, idx + x.shape[ax], idx)
+    return _jnp.take(x, idx, axis=ax)
+
+
+def _gather_elements(x: Any, idx: Any, *, axis: int) -> Any:
+    ax = axis % x.ndim
+    idx = _jnp.where(idx < 0, idx + x.shape[ax], idx)
+    return _jnp.take_along_axis(x, idx, axis=ax)
+
+
+def _expand(x: Any, shape: Any) -> Any:
+    target = _static_ints("Expand", "shape", shape)
+    return _jnp.broadcast_to(x, np.broadcast_shapes(tuple(x.shape), tuple(target)))
+
+
+def _tile(x: Any, repeats: Any) -> Any:
+    return _jnp.tile(x, _static_ints("Tile", "repeats", repeats))
+
+
+def _pad(x: Any, pads: Any, value: Any = None, axes: Any = None, *, mode: str) -> Any:
+    p = _static_ints("Pad", "pads", pads)
+    ax = (
+        list(range(x.ndim))
+        if axes is None
+        else [a % x.ndim for a in _static_ints("Pad", "axes", axes)]
+    )
+    if any(v < 0 for v in p):
+        raise NotLowerable("Pad: negative pads stay on NumPy")
+    width = [(0, 0)] * x.ndim
+    k = len(ax)
+    for i, a in enumerate(ax):
+        width[a] = (p[i], p[i + k])
+    if mode == "constant":
+        fill = 0 if value is None else value.reshape(())
+        return _jnp.pad(x, width, mode="constant", constant_values=fill)
+    if mode in ("reflect", "edge", "wrap"):
+        return _jnp.pad(x, width, mode=mode)
+    raise NotLowerable(f"Pad: mode {mode!r}")
+
+
+def _where(c: Any, x: Any, y: Any) -> Any:
+    return _jnp.where(c, x, y)
+
+
+def _trilu(x: Any, k: Any = None, *, upper: int) -> Any:
+    kk = 0 if k is None else _static_ints("Trilu", "k", k)[0]
+    return _jnp.triu(x, kk) if upper else _jnp.tril(x, kk)
+
+
+def _cumsum(x: Any, axis: Any, *, exclusive: int, reverse: int) -> Any:
+    ax = _static_ints("CumSum", "axis", axis)[0] % x.ndim
+    y = _jnp.flip(x, ax) if reverse else x
+    s = _jnp.cumsum(y, axis=ax, dtype=x.dtype)
+    if exclusive:
+        s = s - y
+    return _jnp.flip(s, ax) if reverse else s
+
+
+def _dropout(x: Any, ratio: Any = None, training: Any = None, *, seed: int) -> Any:
+    if training is not None and (not isinstance(training, np.ndarray) or bool(training)):
+        raise NotLowerable("Dropout: training mode stays on NumPy")
+    return x, _jnp.ones(x.shape, bool)
+
+
+def _window_pads(
+    op: str, x: Any, attrs: Mapping[str, Any], kernel: Sequence[int]
+) -> list[tuple[int, int]]:
+    n = len(kernel)
+    if attrs.get("ceil_mode"):
+        raise NotLowerable(f"{op}: ceil_mode=1 stays on NumPy")
+    auto = attrs.get("auto_pad", "NOTSET")
+    strides = list(attrs.get("strides") or [1] * n)
+    dil = list(attrs.get("dilations") or [1] * n)
+    if auto in ("NOTSET", "VALID"):
+        pads = list(attrs.get("pads") or [0] * (2 * n)) if auto == "NOTSET" else [0] * (2 * n)
+        return [(pads[i], pads[i + n]) for i in range(n)]
+    out = []
+    for i in range(n):
+        size = x.shape[2 + i]
+        want = -(-size // strides[i])
+        total = max(0, (want - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size)
+        small, big = total // 2, total - total // 2
+        out.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return out
+
+
+def _conv(x: Any, w: Any, b: Any = None, **attrs: Any) -> Any:
+    _float_only("Conv", x)
+    kernel = list(attrs["kernel_shape"] or w.shape[2:])
+    n = len(kernel)
+    pads = _window_pads("Conv", x, attrs, kernel)
+    y = _lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=tuple(attrs["strides"] or [1] * n),
+        padding=pads,
+        rhs_dilation=tuple(attrs["dilations"] or [1] * n),
+        feature_group_count=attrs["group"],
+    )
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * n)
+    return y.astype(x.dtype)
+
+
+def _pool_geometry(op: str, x: Any, attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    kernel = list(attrs["kernel_shape"])
+    n = len(kernel)
+    pads = _window_pads(op, x, attrs, kernel)
+    strides = tuple(attrs.get("strides") or [1] * n)
+    dil = tuple(attrs.get("dilations") or [1] * n)
+    return (
+        (1, 1, *kernel),
+        (1, 1, *strides),
+        ((0, 0), (0, 0), *pads),
+        (1, 1, *dil),
+    )
+
+
+def _max_pool(x: Any, **attrs: Any) -> Any:
+    if attrs.get("storage_order"):
+        raise NotLowerable("MaxPool: storage_order=1 stays on NumPy")
+    window, strides, pads, dil = _pool_geometry("MaxPool", x, attrs)
+    lowest = -_jnp.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+    y = _lax.reduce_window(
+        x, _jnp.asarray(lowest, x.dtype), _lax.max, window, strides, pads, window_dilation=dil
+    )
+    return (y, None)  # Indices: a node that reads them is not lowered (see _lower_node)
+
+
+def _avg_pool(x: Any, **attrs: Any) -> Any:
+    _float_only("AveragePool", x)
+    window, strides, pads, dil = _pool_geometry("AveragePool", x, attrs)
+    zero = _jnp.asarray(0, x.dtype)
+    total = _lax.reduce_window(x, zero, _lax.add, window, strides, pads, window_dilation=dil)
+    if attrs.get("count_include_pad"):
+        count = math.prod(window)
+        return (total / count).astype(x.dtype)
+    ones = _jnp.ones(x.shape[2:], x.dtype)[None, None]
+    counts = _lax.reduce_window(ones, zero, _lax.add, window, strides, pads, window_dilation=dil)
+    return (total / counts).astype(x.dtype)
+
+
+def _global_avg(x: Any) -> Any:
+    return _jnp.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
+
+
+def _global_max(x: Any) -> Any:
+    return _jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+def _attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any = None,
+    past_key: Any = None,
+    past_value: Any = None,
+    *,
+    is_causal: int,
+    kv_num_heads: int,
+    q_num_heads: int,
+    qk_matmul_output_mode: int,
+    scale: float | None,
+    softcap: float,
+    softmax_precision: int,
+) -> Any:
+    if q.ndim != 4 or past_key is not None or past_value is not None or qk_matmul_output_mode:
+        raise NotLowerable("Attention: only 4-D inputs without past keys are lowered")
+    _float_only("Attention", q)
+    work = _jnp.float32 if q.dtype.itemsize < 4 else q.dtype
+    qw, kw, vw = q.astype(work), k.astype(work), v.astype(work)
+    if k.shape[1] != q.shape[1]:
+        reps = q.shape[1] // k.shape[1]
+        kw, vw = _jnp.repeat(kw, reps, axis=1), _jnp.repeat(vw, reps, axis=1)
+    factor = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
+    scores = (qw * _jnp.asarray(factor, work)) @ _jnp.swapaxes(kw, -1, -2)
+    if softcap > 0:
+        scores = softcap * _jnp.tanh(scores / softcap)
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            scores = _jnp.where(mask, scores, -_jnp.inf)
+        else:
+            scores = scores + mask.astype(work)
+    if is_causal:
+        allowed = np.tri(q.shape[2], k.shape[2], dtype=np.bool_)
+        scores = _jnp.where(allowed, scores, -_jnp.inf)
+    weights = _jax.nn.softmax(scores, axis=-1)
+    return (weights @ vw).astype(q.dtype)
+
+
+def _shape(x: Any, *, start: int, end: int | None) -> np.ndarray:
+    n = x.ndim
+    lo = min(max(start + n if start < 0 else start, 0), n)
+    hi = n if end is None else min(max(end + n if end < 0 else end, 0), n)
+    return np.array(x.shape[lo:hi], dtype=np.int64).reshape(-1)
+
+
+def _size(x: Any) -> np.ndarray:
+    return np.array(math.prod(x.shape), dtype=np.int64)
+
+
+LOWERINGS: dict[str, Callable[..., Any]] = {
+    # elementwise, one input
+    "Abs": _unary("abs"),
+    "Acos": _unary("arccos"),
+    "Acosh": _unary("arccosh"),
+    "Asin": _unary("arcsin"),
+    "Asinh": _unary("arcsinh"),
+    "Atan": _unary("arctan"),
+    "Atanh": _unary("arctanh"),
+    "BitwiseNot": _unary("bitwise_not"),
+    "Ceil": _unary("ceil"),
+    "Cos": _unary("cos"),
+    "Cosh": _unary("cosh"),
+    "Exp": _unary("exp"),
+    "Floor": _unary("floor"),
+    "Identity": lambda x: x,
+    "IsNaN": _unary("isnan"),
+    "Log": _unary("log"),
+    "Neg": _unary("negative"),
+    "Not": _unary("logical_not"),
+    "Reciprocal": _unary("reciprocal"),
+    "Round": _unary("round"),  # half to even, as ONNX
+    "Sign": _unary("sign"),
+    "Sin": _unary("sin"),
+    "Sinh": _unary("sinh"),
+    "Sqrt": _unary("sqrt"),
+    "Tan": _unary("tan"),
+    "Tanh": _unary("tanh"),
+    "Erf": lambda x: _jax.lax.erf(x),
+    "Sigmoid": lambda x: _jax.nn.sigmoid(x),
+    "Softsign": lambda x: x / (1 + _jnp.abs(x)),
+    "Relu": _relu,
+    "Gelu": _gelu,
+    "LeakyRelu": _leaky_relu,
+    "Elu": _elu,
+    "Selu": _selu,
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish,
+    "Softplus": _softplus,
+    "Mish": _mish,
+    "IsInf": _is_inf,
+    "Cast": _cast,
+    "Clip": _clip,
+    # elementwise, two or more inputs
+    "Add": _binary("add"),
+    "Sub": _binary("subtract"),
+    "Mul": _binary("multiply"),
+    "Div": _div,
+    "Pow": _pow,
+    "Mod": _mod,
+    "And": _binary("logical_and"),
+    "Or": _binary("logical_or"),
+    "Xor": _binary("logical_xor"),
+    "BitwiseAnd": _binary("bitwise_and"),
+    "BitwiseOr": _binary("bitwise_or"),
+    "BitwiseXor": _binary("bitwise_xor"),
+    "Equal": _binary("equal"),
+    "Greater": _binary("greater"),
+    "GreaterOrEqual": _binary("greater_equal"),
+    "Less": _binary("less"),
+    "LessOrEqual": _binary("less_equal"),
+    "Where": _where,
+    "Max": _variadic("maximum"),
+    "Min": _variadic("minimum"),
+    "Sum": _variadic("add"),
+    "Mean": _mean,
+    # linear algebra
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "Einsum": _einsum,
+    # reductions
+    **{
+        name: _reduction(
+            name, float_only=name in ("ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+        )
+        for name in (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceSumSquare",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+        )
+    },
+    "ArgMax": _arg("ArgMax"),
+    "ArgMin": _arg("ArgMin"),
+    "CumSum": _cumsum,
+    # neural-network operators
+    "Softmax": _softmax,
+    "LogSoftmax": _log_softmax,
+    "LayerNormalization": _layer_norm,
+    "RMSNormalization": _rms_norm,
+    "BatchNormalization": _batch_norm,
+    "InstanceNormalization": _instance_norm,
+    "Conv": _conv,
+    "MaxPool": _max_pool,
+    "AveragePool": _avg_pool,
+    "GlobalAveragePool": _global_avg,
+    "GlobalMaxPool": _global_max,
+    "Dropout": _dropout,
+    "Attention": _attention,
+    # layout and shapes
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Transpose": _transpose,
+    "Concat": _concat,
+    "Split": _split,
+    "Slice": _slice,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "Expand": _expand,
+    "Tile": _tile,
+    "Pad": _pad,
+    "Trilu": _trilu,
+    "Shape": _shape,
+    "Size": _size,
+}
+
+# Operators whose outputs depend only on known values: always run by the registry kernel at
+# trace time (they produce shapes and small constants, never traced arrays).
+STATIC_ONLY = frozenset({"Constant", "ConstantOfShape", "Range"})
+
+
+def _lowering(op: str) -> Callable[..., Any] | None:
+    return LOWERINGS.get(op)
+
+
+def unsupported_ops(graph: ModelGraph) -> list[str]:
+    """The operators of ``graph`` the jax engine has no lowering for (empty: eligible)."""
+    missing: set[str] = set()
+    read = {id(v) for n in graph.nodes for v in n.inputs if v is not None}
+    read.update(id(v) for v in graph.output_values)
+
+    def visit(node: Node, scope: Any) -> None:
+        if node.op in LOWERINGS or node.op in STATIC_ONLY:
+            if node.op == "MaxPool" and len(node.outputs) > 1 and id(node.outputs[1]) in read:
+                missing.add("MaxPool (with Indices)")
+            return
+        opdef = get_op(node.op)
+        if opdef.expand is not None:
+            for inner in opdef.expand(node, scope):
+                visit(inner, scope)
+            return
+        missing.add(node.op)
+
+    scope = graph.name_scope()
+    for node in graph.nodes:
+        visit(node, scope)
+    return sorted(missing)
+
+
+# -- the plan ----------------------------------------------------------------------------
+
+
+class JaxPlan:
+    """A graph compiled with ``jax.jit`` (see the module docstring). Same interface as
+    :class:`~kiln.exec.reference.ReferencePlan`.
+
+    Raises :class:`~kiln.errors.DeviceUnavailableError` when jax is not installed and
+    :class:`~kiln.errors.UnsupportedOperationError` naming the operators it cannot lower.
+    """
+
+    engine = "jax"
+
+    def __init__(self, graph: ModelGraph, fallback: Any = None) -> None:
+        _load()
+        missing = unsupported_ops(graph)
+        if missing:
+            raise UnsupportedOperationError(
+                f"graph {graph.name!r} cannot run on the jax engine: no lowering for "
+                f"{', '.join(missing)}; use engine='numpy'"
+            )
+        self.graph = graph
+        self.check_inputs: Callable[[Any], list[np.ndarray]] = InputChecker(graph)
+        self._fallback = fallback
+        self._lock = threading.Lock()
+        self._shapes: set[tuple[tuple[int, ...], ...]] = set()
+        self._x64 = any(v.dtype.itemsize == 8 and v.dtype.kind in "iuf" for v in graph.values())
+        embedded: dict[int, Any] = {}
+        passed: list[Any] = []
+        passed_ids: list[int] = []
+        for c in graph.constants:
+            if c.data.size <= EMBED_MAX_ELEMENTS:
+                embedded[id(c.value)] = c.data
+            else:
+                passed_ids.append(id(c.value))
+                passed.append(c.data)
+        self._embedded = embedded
+        self._passed_ids = tuple(passed_ids)
+        with self._config():
+            self._weights = tuple(_jnp.asarray(a) for a in passed)
+            self._jitted = _jax.jit(self._program)
+        # Trace once now for a static graph: unsupported attribute combinations surface at
+        # finalize, not on the first call.
+        if InputChecker(graph).static:
+            with self._config():
+                specs = [_jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in graph.input_values]
+                weights = [_jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self._weights]
+                _jax.eval_shape(self._program, weights, *specs)
+
+    def _config(self) -> Any:
+        return _jax.enable_x64(True) if self._x64 else _NullContext()
+
+    def _program(self, weights: Sequence[Any], *inputs: Any) -> list[Any]:
+        env: dict[int, Any] = dict(self._embedded)
+        env.update(zip(self._passed_ids, weights))
+        for v, x in zip(self.graph.input_values, inputs):
+            env[id(v)] = x
+        scope = self.graph.name_scope()
+        for node in self.graph.nodes:
+            _lower_node(node, env, scope)
+        return [_jnp.asarray(env[id(v)]) for v in self.graph.output_values]
+
+    def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        shapes = tuple(a.shape for a in arrays)
+        if shapes not in self._shapes:
+            with self._lock:
+                if len(self._shapes) >= MAX_TRACES:
+                    return self._numpy_fallback().run_arrays(arrays)
+                self._shapes.add(shapes)
+        with self._config():
+            outs = self._jitted(self._weights, *_jax.device_put(list(arrays)))
+        return [np.asarray(o) for o in outs]
+
+    def _numpy_fallback(self) -> Any:
+        if self._fallback is None:
+            from .cpu import CpuPlan
+
+            self._fallback = CpuPlan(self.graph)
+        return self._fallback
+
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Tensor]:
+        """Run on flat inputs (signature order, or by name); returns the output tensors."""
+        return [Tensor._wrap(a) for a in self.run_arrays(self.check_inputs(inputs))]
+
+    def __repr__(self) -> str:
+        return f"<JaxPlan {self.graph.name!r}: {len(self.graph.nodes)} nodes>"
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _lower_node(node: Node, env: dict[int, Any], scope: Any) -> None:
+    """Compute ``node``'s outputs into ``env``: by the registry kernel when every input is
+    known, else by its lowering (or its expansion, for a fused operator)."""
+    opdef = get_op(node.op)
+    ins = [None if v is None else env[id(v)] for v in node.inputs]
+    attrs = opdef.bind_attrs(node.attrs)
+    if all(_is_static(x) for x in ins):
+        with np.errstate(all="ignore"):
+            results: Sequence[Any] = as_outputs(opdef.kernel(*ins, **attrs))
+        for v, r in zip(node.outputs, results):
+            env[id(v)] = r
+        return
+    if node.op in STATIC_ONLY:
+        raise NotLowerable(f"{node.op}: its inputs must be known when compiling for jax")
+    lower = LOWERINGS.get(node.op)
+    if lower is None:
+        if opdef.expand is None:
+            raise NotLowerable(f"{node.op}: no jax lowering")
+        for inner in opdef.expand(node, scope):
+            _lower_node(inner, env, scope)
+        return
+    result = lower(*ins, **attrs)
+    results = result if isinstance(result, tuple) else (result,)
+    for v, r in zip(node.outputs, results):
+        if r is not None:  # None: an output the lowering leaves out, never read (see
+            env[id(v)] = r  # unsupported_ops)

@@ -1,0 +1,171 @@
+"""Choosing an engine for a graph by measured cost.
+
+:func:`choose` builds the NumPy plan (always possible), and, when the graph's static work is
+large enough for a compiler to matter (:func:`work_estimate`), the plans of the optional
+engines that are installed and can run it; it times each on synthetic inputs of the graph's
+static shapes and keeps the fastest. Tiny graphs never pay for the measurement: below
+:data:`AUTO_MIN_WORK` the NumPy plan is returned at once. The timings are kept on the chosen
+plan (``plan.selection``) so ``kiln.explain``-style tools and the benchmarks can show why.
+
+Example:
+    >>> import kiln, numpy as np
+    >>> g = kiln.trace(lambda x: x + 1, kiln.ones((8,), "float32")).graph
+    >>> choose(g).engine
+    'numpy'
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import KilnError
+
+if TYPE_CHECKING:
+    from ..ir.graph import ModelGraph
+
+__all__ = ["AUTO_MIN_WORK", "work_estimate", "synthetic_inputs", "choose", "OPTIONAL_ENGINES"]
+
+# Below this many estimated element operations (about 1 ms of NumPy), the NumPy plan wins or
+# loses by microseconds and measuring costs more than it could save.
+AUTO_MIN_WORK = 1_000_000
+# How long measuring one candidate may take, after its warm-up call.
+MEASURE_SECONDS = 0.05
+MEASURE_MAX_RUNS = 5
+
+OPTIONAL_ENGINES = ("jax", "onnxruntime")
+
+# Element operations per output element of operators that cost more than one (transcendental
+# functions and composite operators), roughly NumPy's time relative to an add.
+OP_COST = {
+    "Gelu": 12,
+    "Erf": 8,
+    "Tanh": 6,
+    "Sigmoid": 6,
+    "Exp": 4,
+    "Log": 4,
+    "Sqrt": 2,
+    "Pow": 6,
+    "Softmax": 8,
+    "LogSoftmax": 8,
+    "LayerNormalization": 8,
+    "RMSNormalization": 6,
+    "BatchNormalization": 4,
+    "InstanceNormalization": 8,
+    "Mish": 12,
+    "Softplus": 8,
+    "MaxPool": 4,
+    "AveragePool": 4,
+}
+
+
+def work_estimate(graph: ModelGraph) -> float | None:
+    """Estimated element operations of one run: output elements of every node, and
+    multiply-adds for matrix products and convolutions. None when a shape is symbolic."""
+    total = 0.0
+    for node in graph.nodes:
+        sizes = []
+        for v in node.outputs:
+            if not all(isinstance(d, int) for d in v.shape):
+                return None
+            sizes.append(math.prod(v.shape))
+        out = float(sum(sizes))
+        ins = [v for v in node.inputs if v is not None]
+        if node.op in ("MatMul", "Gemm") and ins and ins[0].shape:
+            a = ins[0].shape
+            k = a[-2] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
+            out *= 2 * k if isinstance(k, int) else 1
+        elif node.op in ("Conv", "ConvTranspose") and len(ins) > 1:
+            w = ins[1].shape
+            if all(isinstance(d, int) for d in w):
+                out *= 2 * math.prod(w[1:])
+        elif node.op in OP_COST:
+            out *= OP_COST[node.op]
+        elif isinstance(node.attrs.get("program"), tuple):  # a fused elementwise program
+            out *= max(len(node.attrs["program"]), 1)
+        elif node.op in ("Attention", "Einsum"):
+            out *= 2 * max((int(ins[0].shape[-1]) if ins[0].shape else 1), 1)
+        total += out
+    return total
+
+
+def synthetic_inputs(graph: ModelGraph, seed: int = 0) -> list[np.ndarray] | None:
+    """Inputs of the graph's static shapes (None when a shape is symbolic): floats in
+    [-1, 1), integers 0 (a valid index everywhere), booleans False."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for v in graph.input_values:
+        if not all(isinstance(d, int) for d in v.shape):
+            return None
+        shape = tuple(v.shape)
+        if v.dtype.kind == "f" or v.dtype.name == "bfloat16":
+            arrays.append(rng.uniform(-1, 1, shape).astype(v.dtype))
+        else:
+            arrays.append(np.zeros(shape, v.dtype))
+    return arrays
+
+
+def _seconds(run: Callable[[list[np.ndarray]], Any], arrays: list[np.ndarray]) -> float:
+    run(arrays)  # warm-up: compiles, allocates, fills caches
+    best = math.inf
+    spent = 0.0
+    for _ in range(MEASURE_MAX_RUNS):
+        start = time.perf_counter()
+        run(arrays)
+        took = time.perf_counter() - start
+        best = min(best, took)
+        spent += took
+        if spent > MEASURE_SECONDS:
+            break
+    return best
+
+
+def _candidate(graph: ModelGraph, engine: str, numpy_plan: Any) -> Any:
+    """The plan of optional ``engine`` for ``graph``, or None when it is not installed or
+    cannot run the graph."""
+    if engine == "jax":
+        from . import jax_engine
+
+        if not jax_engine.available() or jax_engine.unsupported_ops(graph):
+            return None
+        return jax_engine.JaxPlan(graph, fallback=numpy_plan)
+    from . import ort_engine
+
+    if not ort_engine.available():
+        return None
+    return ort_engine.OrtPlan(graph)
+
+
+def choose(graph: ModelGraph, engines: tuple[str, ...] = OPTIONAL_ENGINES) -> Any:
+    """The fastest plan for ``graph`` among NumPy and the installed optional ``engines``."""
+    from .cpu import CpuPlan
+
+    numpy_plan = CpuPlan(graph)
+    work = work_estimate(graph)
+    numpy_plan.selection = {"work": work}
+    if work is None or work < AUTO_MIN_WORK:
+        return numpy_plan
+    arrays = synthetic_inputs(graph)
+    if arrays is None:
+        return numpy_plan
+    try:
+        timings = {"numpy": _seconds(numpy_plan.run_arrays, arrays)}
+    except Exception:  # the synthetic inputs do not suit this graph: stay on NumPy
+        return numpy_plan
+    best, best_plan = "numpy", numpy_plan
+    for engine in engines:
+        try:
+            plan = _candidate(graph, engine, numpy_plan)
+            if plan is None:
+                continue
+            timings[engine] = _seconds(plan.run_arrays, arrays)
+        except (KilnError, Exception):  # an engine that cannot run it is skipped silently
+            continue
+        if timings[engine] < timings[best]:
+            best, best_plan = engine, plan
+    best_plan.selection = {"work": work, "seconds": timings, "chosen": best}
+    return best_plan

@@ -1,0 +1,591 @@
+"""Patterns over the graph, rewrite rules as data, and the one driver that applies them.
+
+A :class:`Pattern` describes a little tree of operators: ``op("Mul", var("x"), const(1.0))``
+matches a ``Mul`` node one of whose inputs is a constant holding only ones (operands of a
+commutative operator match in either order). Named leaves capture values; a name used twice must
+bind the same value both times, so ``op("Sub", x, op("ReduceMean", x))`` only matches ``x`` minus
+its *own* mean. A :class:`Rule` pairs a pattern with a function that builds the replacement (or
+declines by returning ``None``). Passes are lists of rules, one rule per line::
+
+    RULES = [
+        Rule(op("Mul", X, const(1.0)), keep("x")),  # x * 1 -> x
+        Rule(op("Neg", op("Neg", X)), keep("x")),  # -(-x) -> x
+    ]
+
+:func:`rewrite_with_rules` walks the graph in topological order and replaces the first node
+each rule matches, repeats the sweep until nothing changes, and refuses to loop forever.
+Every replacement must have exactly the dtype and shape of the value it replaces; graph outputs
+keep their names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import OpArgumentError, OpTypeError
+from ..ir.graph import AttrValue, Constant, ModelGraph, NameScope, Node, Value, snake_case
+from ..ir.rewrite import substitute_node
+from ..ops.registry import COMMUTATIVE, get_op
+from ..tensor import Tensor
+from .eliminate_dead_code import eliminate_dead_code
+from .transform import DefaultsOptions
+
+__all__ = [
+    "Pattern",
+    "Match",
+    "Builder",
+    "Rule",
+    "var",
+    "const",
+    "op",
+    "either",
+    "keep",
+    "rewrite_with_rules",
+    "RewriteLoopError",
+    "constant_equals",
+]
+
+# A rule set that still changes the graph after this many sweeps is taken to cycle.
+MAX_SWEEPS = 32
+
+
+class RewriteLoopError(RuntimeError):
+    """Rewrite rules kept changing the graph: two rules undo each other, or one never stops."""
+
+
+# -- patterns -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A pattern over values. Build one with :func:`var`, :func:`const`, :func:`op` and
+    :func:`either` rather than directly.
+
+    Attributes:
+        ops: Operator names a node must have (empty: a leaf matching any value).
+        inputs: Patterns for the node's inputs, in order (for a commutative two-input
+            operator either order matches).
+        name: Capture the matched value (and, for an operator, its node) under this name.
+        constant: For a leaf: the value must be a graph constant, and if this is not None,
+            every element must equal it (up to the rounding of the constant's dtype).
+        attrs: Attribute values the node must have (after defaults are filled in).
+        alternatives: For :func:`either`: the patterns tried in turn.
+    """
+
+    ops: tuple[str, ...] = ()
+    inputs: tuple[Pattern, ...] = ()
+    name: str | None = None
+    constant: float | bool | None = None
+    is_constant: bool = False
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)
+    alternatives: tuple[Pattern, ...] = ()
+
+
+def var(name: str | None = None) -> Pattern:
+    """A leaf matching any value, captured as ``name``.
+
+    Example:
+        >>> var("x").name
+        'x'
+    """
+    return Pattern(name=name)
+
+
+def const(value: float | bool | None = None, name: str | None = None) -> Pattern:
+    """A leaf matching a graph constant; with ``value``, one whose elements all equal it.
+
+    Example:
+        >>> const(1.0).constant
+        1.0
+    """
+    return Pattern(name=name, constant=value, is_constant=True)
+
+
+def op(
+    ops: str | Sequence[str], *inputs: Pattern, name: str | None = None, **attrs: Any
+) -> Pattern:
+    """A node of operator ``ops`` (or any of several) whose inputs match ``inputs``.
+
+    Example:
+        >>> p = op("Neg", op("Neg", var("x")))
+        >>> p.ops, p.inputs[0].ops
+        (('Neg',), ('Neg',))
+    """
+    names = (ops,) if isinstance(ops, str) else tuple(ops)
+    return Pattern(ops=names, inputs=tuple(inputs), name=name, attrs=attrs)
+
+
+def either(*alternatives: Pattern, name: str | None = None) -> Pattern:
+    """A pattern matching whichever of ``alternatives`` matches first.
+
+    Example:
+        >>> len(either(op("Sqrt", var("x")), op("Pow", var("x"), const(0.5))).alternatives)
+        2
+    """
+    return Pattern(name=name, alternatives=tuple(alternatives))
+
+
+def constant_equals(data: np.ndarray, target: float | bool) -> bool:
+    """True when every element of ``data`` equals ``target`` up to the rounding of its dtype.
+
+    A float32 constant ``1/sqrt(2)`` written as ``1 / math.sqrt(2)`` or ``math.sqrt(0.5)``
+    differs in the last bit; both count as ``sqrt(0.5)``. Anything further off does not.
+
+    Example:
+        >>> constant_equals(np.float32(0.5), 0.5), constant_equals(np.float32(0.51), 0.5)
+        (True, False)
+    """
+    data = np.asarray(data)
+    if data.size == 0:
+        return False
+    if data.dtype == np.bool_:
+        return bool(np.all(data == bool(target)))
+    if data.dtype.kind in "iu":
+        return float(target) == int(target) and bool(np.all(data == int(target)))
+    wide = data.astype(np.float64)
+    eps = float(np.finfo(data.dtype).eps)
+    tolerance = 4 * eps * max(abs(float(target)), np.finfo(data.dtype).tiny)
+    return bool(np.all(np.abs(wide - float(target)) <= tolerance))
+
+
+# -- matching -----------------------------------------------------------------------------
+
+
+class Match:
+    """What a pattern matched: captured values and nodes, and the nodes it passed through."""
+
+    def __init__(
+        self,
+        root: Node,
+        values: dict[str, Value],
+        nodes: dict[str, Node],
+        interior: tuple[Node, ...],
+        constants: Mapping[int, np.ndarray],
+    ) -> None:
+        self.root = root
+        self.values = values
+        self.nodes = nodes
+        self.interior = interior
+        self._constants = constants
+
+    def __getitem__(self, name: str) -> Value:
+        return self.values[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+    def node(self, name: str) -> Node:
+        """The node that produced the value captured as ``name``."""
+        return self.nodes[name]
+
+    def attrs(self, name: str) -> dict[str, Any]:
+        """The bound attributes (defaults filled in) of the node captured as ``name``."""
+        node = self.nodes[name]
+        return node.opdef.bind_attrs(node.attrs)
+
+    def data(self, name: str) -> np.ndarray | None:
+        """The contents of the value captured as ``name`` if it is a constant, else None."""
+        return self._constants.get(id(self.values[name]))
+
+    def scalar(self, name: str) -> float | None:
+        """The single value of the constant captured as ``name`` (None: not a one-element
+        constant)."""
+        data = self.data(name)
+        if data is None or data.size != 1:
+            return None
+        return float(data.reshape(()))
+
+    def axes(self, name: str) -> tuple[int, ...] | None:
+        """The axes of the reduction captured as ``name`` (from its constant ``axes`` input),
+        normalised to be non-negative and sorted; None when they are not constant."""
+        node = self.nodes[name]
+        rank = len(node.inputs[0].shape)  # type: ignore[union-attr]
+        if len(node.inputs) < 2 or node.inputs[1] is None:
+            return tuple(range(rank))
+        data = self._constants.get(id(node.inputs[1]))
+        if data is None:
+            return None
+        return tuple(sorted(int(a) % rank for a in data.reshape(-1))) if rank else ()
+
+
+class _Matcher:
+    """Matches patterns against values, looking up producers and constants of the graph."""
+
+    def __init__(self, producers: Mapping[int, Node], constants: Mapping[int, np.ndarray]) -> None:
+        self.producers = producers
+        self.constants = constants
+
+    def matches(self, pattern: Pattern, root: Node) -> Iterator[Match]:
+        """Every way ``pattern`` matches at ``root`` (commutative operands give several)."""
+        for values, nodes, interior in self._value(pattern, root.outputs[0], {}, {}, ()):
+            yield Match(root, values, nodes, interior, self.constants)
+
+    def _value(
+        self,
+        pattern: Pattern,
+        value: Value | None,
+        values: dict[str, Value],
+        nodes: dict[str, Node],
+        interior: tuple[Node, ...],
+    ) -> Iterator[tuple[dict[str, Value], dict[str, Node], tuple[Node, ...]]]:
+        if value is None:
+            return
+        if pattern.name is not None and pattern.name in values:
+            # A name used again must bind the same value; its structure was checked then.
+            if values[pattern.name] is value:
+                yield values, nodes, interior
+            return
+        if pattern.alternatives:
+            for alternative in pattern.alternatives:
+                for found in self._value(alternative, value, values, nodes, interior):
+                    yield self._bind(pattern, value, *found)
+            return
+        if not pattern.ops:
+            if pattern.is_constant:
+                data = self.constants.get(id(value))
+                if data is None:
+                    return
+                if pattern.constant is not None and not constant_equals(data, pattern.constant):
+                    return
+            yield self._bind(pattern, value, values, nodes, interior)
+            return
+        node = self.producers.get(id(value))
+        if node is None or node.op not in pattern.ops or node.outputs[0] is not value:
+            return
+        if pattern.attrs:
+            bound = node.opdef.bind_attrs(node.attrs)
+            if any(bound.get(k) != v for k, v in pattern.attrs.items()):
+                return
+        orders = [node.inputs]
+        if len(node.inputs) == 2 and COMMUTATIVE in node.opdef.traits:
+            orders.append(node.inputs[::-1])
+        for inputs in orders:
+            if len(inputs) != len(pattern.inputs):
+                continue
+            for found in self._all(pattern.inputs, inputs, values, nodes, (*interior, node)):
+                v, n, i = found
+                if pattern.name is not None:
+                    n = {**n, pattern.name: node}
+                yield self._bind(pattern, value, v, n, i)
+
+    def _all(
+        self,
+        patterns: Sequence[Pattern],
+        inputs: Sequence[Value | None],
+        values: dict[str, Value],
+        nodes: dict[str, Node],
+        interior: tuple[Node, ...],
+    ) -> Iterator[tuple[dict[str, Value], dict[str, Node], tuple[Node, ...]]]:
+        if not patterns:
+            yield values, nodes, interior
+            return
+        for found in self._value(patterns[0], inputs[0], values, nodes, interior):
+            yield from self._all(patterns[1:], inputs[1:], *found)
+
+    @staticmethod
+    def _bind(
+        pattern: Pattern,
+        value: Value,
+        values: dict[str, Value],
+        nodes: dict[str, Node],
+        interior: tuple[Node, ...],
+    ) -> tuple[dict[str, Value], dict[str, Node], tuple[Node, ...]]:
+        if pattern.name is None:
+            return values, nodes, interior
+        return {**values, pattern.name: value}, nodes, interior
+
+
+# -- building replacements ----------------------------------------------------------------
+
+
+class Builder:
+    """Makes the nodes and constants of one replacement; names come from the graph's scope.
+
+    The nodes are kept until the driver accepts the replacement, so a rule that gives up
+    half way leaves nothing behind.
+    """
+
+    def __init__(self, scope: NameScope, source: str) -> None:
+        self._scope = scope
+        self._source = source
+        self.nodes: list[Node] = []
+        self.constants: list[Constant] = []
+
+    def op(self, name: str, *inputs: Value | None, **attrs: Any) -> Value:
+        """Add a node of the single-output operator ``name``; returns its output value.
+
+        Raises the operator's own error when the inputs or attributes do not fit.
+        """
+        return self.ops(name, *inputs, count=1, **attrs)[0]
+
+    def ops(self, name: str, *inputs: Value | None, count: int = 1, **attrs: Any) -> list[Value]:
+        """Add a node of operator ``name`` declaring its first ``count`` outputs."""
+        opdef = get_op(name)
+        bound = opdef.bind_attrs(attrs)
+        opdef.check_arity(len(inputs))
+        types = list(opdef.infer([None if v is None else v.type for v in inputs], bound))
+        hint = snake_case(name)
+        outputs = tuple(Value(self._scope.fresh(hint), t) for t in types[:count])
+        self.nodes.append(Node(name, tuple(inputs), outputs, bound, outputs[0].name, self._source))
+        return list(outputs)
+
+    def const(self, data: np.ndarray, hint: str = "const") -> Value:
+        """Add a constant holding ``data`` (copied, made read-only)."""
+        array = np.array(data)
+        array.flags.writeable = False
+        value = Value(self._scope.fresh(hint), Tensor._wrap(array).type)  # with known contents
+        self.constants.append(Constant(value, array))
+        return value
+
+
+# What a rule's builder returns: the replacement for the root's (first) output, one per
+# output, or None to leave the node as it is.
+Replacement = Value | Sequence[Value] | None
+BuildFn = Callable[[Match, Builder, DefaultsOptions], Replacement]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A pattern and what to replace its root with.
+
+    Attributes:
+        pattern: What to match; its root must be an operator pattern.
+        build: ``build(match, builder, options)`` returns the replacement value(s) for the
+            root node's outputs, made with ``builder``, or None to decline.
+        name: For error messages.
+        exclusive: Only rewrite when no value the pattern passes through (other than the
+            root's) is used outside the match or is a graph output: fusions that would
+            otherwise compute those intermediates twice set it.
+    """
+
+    pattern: Pattern
+    build: BuildFn
+    name: str = ""
+    exclusive: bool = False
+
+
+def keep(name: str) -> BuildFn:
+    """A builder that replaces the root by the value captured as ``name``.
+
+    Example:
+        >>> Rule(op("Neg", op("Neg", var("x"))), keep("x")).exclusive
+        False
+    """
+
+    def build(match: Match, builder: Builder, options: DefaultsOptions) -> Replacement:
+        return match[name]
+
+    return build
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+def _same_type(a: Value, b: Value) -> bool:
+    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+
+
+class _Sweep:
+    """One pass over the graph in topological order, applying the first rule that fits."""
+
+    def __init__(self, graph: ModelGraph, rules: Sequence[Rule], options: DefaultsOptions) -> None:
+        self.graph = graph
+        self.options = options
+        self.by_op: dict[str, list[Rule]] = {}
+        for rule in rules:
+            for name in _root_ops(rule.pattern):
+                self.by_op.setdefault(name, []).append(rule)
+        self.scope = graph.name_scope()
+        self.constants: dict[int, np.ndarray] = {id(c.value): c.data for c in graph.constants}
+        self.new_constants: list[Constant] = []
+        self.producers: dict[int, Node] = {}
+        self.outputs = {id(v) for v in graph.output_values}
+        self.users: dict[int, set[str]] = {}
+        for node in graph.nodes:
+            for v in node.inputs:
+                if v is not None:
+                    self.users.setdefault(id(v), set()).add(node.name)
+        # Values whose users changed during this sweep: exclusive rules wait for the next one.
+        self.stale: set[int] = set()
+        self.mapping: dict[int, Value] = {}
+        self.nodes: list[Node] = []
+        self.count = 0
+
+    def run(self) -> None:
+        matcher = _Matcher(self.producers, self.constants)
+        for node in self.graph.nodes:
+            node = substitute_node(node, self.mapping)
+            if not self._rewrite(node, matcher):
+                self._emit(node)
+
+    def _emit(self, node: Node) -> None:
+        self.nodes.append(node)
+        for v in node.outputs:
+            self.producers[id(v)] = node
+
+    def _rewrite(self, node: Node, matcher: _Matcher) -> bool:
+        rules = self.by_op.get(node.op, ())
+        if not rules:
+            return False
+        for v in node.outputs:  # the root is matched like any producer
+            self.producers[id(v)] = node
+        if self._apply(node, rules, matcher):
+            return True
+        for v in node.outputs:
+            del self.producers[id(v)]
+        return False
+
+    def _apply(self, node: Node, rules: Sequence[Rule], matcher: _Matcher) -> bool:
+        for rule in rules:
+            for match in matcher.matches(rule.pattern, node):
+                if rule.exclusive and not self._exclusive(match):
+                    continue
+                builder = Builder(self.scope, node.source)
+                try:
+                    result = rule.build(match, builder, self.options)
+                except (OpArgumentError, OpTypeError):
+                    continue  # the replacement does not type-check: the rule does not apply
+                if result is not None and self._accept(node, result, builder):
+                    return True
+        return False
+
+    def _accept(self, node: Node, result: Value | Sequence[Value], builder: Builder) -> bool:
+        """Check a replacement and commit it; False leaves the node as it was."""
+        replacements = [result] if isinstance(result, Value) else list(result)
+        if len(replacements) > len(node.outputs) or not all(
+            _same_type(old, new) for old, new in zip(node.outputs, replacements)
+        ):
+            return False
+        if any(
+            id(v) in self.users or id(v) in self.outputs for v in node.outputs[len(replacements) :]
+        ):
+            return False  # an output the rule does not replace is still used
+        if (
+            node.op == "Identity"
+            and replacements[0] is node.inputs[0]
+            and self._kept_by_name(node.outputs[0], replacements[0])
+        ):
+            return False  # an output's Identity that only exists to carry the output's name
+        for c in builder.constants:
+            self.constants[id(c.value)] = c.data
+            self.new_constants.append(c)
+        for made in builder.nodes:
+            self._emit(made)
+            self.stale.update(id(v) for v in (*made.inputs, *made.outputs) if v is not None)
+        for old, new in zip(node.outputs, replacements):
+            self.mapping[id(old)] = new
+            self.stale.add(id(new))
+        self.count += 1
+        return True
+
+    def _exclusive(self, match: Match) -> bool:
+        inside = {n.name for n in match.interior}
+        for node in match.interior:
+            if node is match.root:
+                continue
+            for v in node.outputs:
+                if id(v) in self.outputs or id(v) in self.stale:
+                    return False
+                if not self.users.get(id(v), set()) <= inside:
+                    return False
+        return True
+
+    def _kept_by_name(self, output: Value, replacement: Value) -> bool:
+        """True when ``output`` is a graph output that ``replacement`` cannot be renamed to
+        (it is an input, a constant or another output), so removing the Identity would only
+        bring it back."""
+        if id(output) not in self.outputs:
+            return False
+        return id(replacement) not in self.producers or id(replacement) in self.outputs
+
+    def finish(self) -> ModelGraph:
+        """The rewritten graph, with every output under its original name."""
+        nodes = self.nodes
+        outputs: list[Value] = []
+        renames: dict[int, Value] = {}
+        claimed: set[int] = set()
+        extra: list[Node] = []
+        for old in self.graph.output_values:
+            new = self.mapping.get(id(old), old)
+            if new is old:
+                outputs.append(old)
+                claimed.add(id(old))
+                continue
+            renamable = (
+                id(new) in self.producers
+                and id(new) not in self.outputs
+                and id(new) not in claimed
+                and id(new) not in renames
+            )
+            if renamable:
+                renamed = Value(old.name, new.type)
+                renames[id(new)] = renamed
+                outputs.append(renamed)
+            else:
+                carrier = Value(old.name, old.type)
+                extra.append(Node("Identity", (new,), (carrier,), {}, old.name))
+                outputs.append(carrier)
+            claimed.add(id(new))
+        if renames:
+            taken = {n.name for n in nodes}
+            rebuilt = []
+            for node in nodes:
+                node = substitute_node(node, renames)
+                if any(id(v) in renames for v in node.outputs):
+                    outs = tuple(renames.get(id(v), v) for v in node.outputs)
+                    # The node takes its output's name too when that is free (it usually is:
+                    # the replaced node that had it is gone), as the tracer names nodes.
+                    name = node.name
+                    if outs[0].name not in taken:
+                        taken.discard(name)
+                        name = outs[0].name
+                        taken.add(name)
+                    node = Node(node.op, node.inputs, outs, node.attrs, name, node.source)
+                rebuilt.append(node)
+            nodes = rebuilt
+        constants = [*self.graph.constants, *self.new_constants]
+        return self.graph.with_body([*nodes, *extra], outputs=outputs, constants=constants)
+
+
+def _root_ops(pattern: Pattern) -> tuple[str, ...]:
+    if pattern.alternatives:
+        return tuple(name for alt in pattern.alternatives for name in _root_ops(alt))
+    if not pattern.ops:
+        raise ValueError("a rule's pattern must have an operator at its root")
+    return pattern.ops
+
+
+def rewrite_with_rules(
+    graph: ModelGraph, rules: Sequence[Rule], options: DefaultsOptions
+) -> tuple[ModelGraph, int]:
+    """Apply ``rules`` until none matches; return the graph and how many rewrites were made.
+
+    Each sweep visits the nodes in order; the first rule whose pattern matches a node and whose
+    builder accepts replaces the node's outputs. Nodes left unused are removed at the end.
+    Raises :class:`RewriteLoopError` if the graph still changes after ``MAX_SWEEPS`` sweeps.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: -(-x) * 2, np.ones(3, np.float32)).graph
+        >>> rules = [Rule(op("Neg", op("Neg", var("x"))), keep("x"))]
+        >>> g, n = rewrite_with_rules(g, rules, DefaultsOptions())
+        >>> n, [node.op for node in g.nodes]
+        (1, ['Mul'])
+    """
+    total = 0
+    for _ in range(MAX_SWEEPS):
+        sweep = _Sweep(graph, rules, options)
+        sweep.run()
+        if not sweep.count:
+            return graph, total
+        total += sweep.count
+        graph, _ = eliminate_dead_code(sweep.finish(), options)
+    names = ", ".join(sorted({r.name or "?" for r in rules}))
+    raise RewriteLoopError(
+        f"rewrite rules ({names}) still changed graph {graph.name!r} after {MAX_SWEEPS} sweeps; "
+        "two rules probably undo each other"
+    )

@@ -1,0 +1,229 @@
+"""Algebraic simplification: identities of arithmetic, casts and layout operators.
+
+Every rule replaces a value by one with exactly its dtype and shape (``x * 1`` where the ``1``
+broadcasts ``x`` to a bigger shape is *not* ``x``, and is left alone: the driver checks). None
+reorders floating-point math unless ``DefaultsOptions.allow_reassociation`` is set. ``x + 0``
+and ``0 + x`` give ``x`` itself, which differs from the recorded sum only for ``x = -0.0`` (the
+sum is ``+0.0``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..ir.graph import ModelGraph
+from ..ops.elementwise import dtype_from_onnx_code
+from .pattern import Builder, Match, Replacement, Rule, const, keep, op, rewrite_with_rules, var
+from .transform import DefaultsOptions, transform
+
+__all__ = ["simplify_algebra", "SIMPLIFY_RULES", "exact_cast"]
+
+X = var("x")
+# Operators that only re-shape their input in row-major order.
+RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def _reshaped(name: str) -> list:
+    """Patterns for a reshape-like node of ``x`` (each arity of each operator)."""
+    return [
+        op("Reshape", X, var(), name=name),
+        op("Flatten", X, name=name),
+        op("Squeeze", X, name=name),
+        op("Squeeze", X, var(), name=name),
+        op("Unsqueeze", X, var(), name=name),
+    ]
+
+
+# -- builders -----------------------------------------------------------------------------
+
+
+def _square(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    if not _integer_power_is_exact(m):
+        return None
+    return b.op("Mul", m["x"], m["x"])
+
+
+def _cube(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    if not _integer_power_is_exact(m):
+        return None
+    return b.op("Mul", b.op("Mul", m["x"], m["x"]), m["x"])
+
+
+def _integer_power_is_exact(m: Match) -> bool:
+    # An integer base to a float exponent goes through float64 (and truncation), which is not
+    # repeated multiplication for large values; an integer exponent wraps like multiplication.
+    return dtypes.is_floating(m["x"].dtype) or m["p"].dtype.kind in "iu"
+
+
+def _sqrt(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    # pow(x, 0.5) and sqrt(x) differ at -0.0 and -inf, so only under relaxed float rules.
+    if not options.allow_reassociation or not dtypes.is_floating(m["x"].dtype):
+        return None
+    return b.op("Sqrt", m["x"])
+
+
+def _noop_cast(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    if dtype_from_onnx_code(m.attrs("cast")["to"]) != m["x"].dtype:
+        return None
+    return m["x"]
+
+
+# Significand bits (with the implicit one) of each float dtype: integers up to 2**bits are exact.
+_MANTISSA_BITS = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dtypes.float64: 53}
+
+
+def exact_cast(source: np.dtype, target: np.dtype) -> bool:
+    """True when every value of ``source`` converts to ``target`` exactly (no rounding, no
+    overflow), so a later cast of the result equals a direct cast of the original.
+
+    Example:
+        >>> exact_cast(np.dtype("float32"), np.dtype("float64"))
+        True
+        >>> exact_cast(np.dtype("int64"), np.dtype("float64"))
+        False
+    """
+    source, target = np.dtype(source), np.dtype(target)
+    if source == target or source == np.bool_:
+        return True
+    if target == np.bool_:
+        return False
+    if dtypes.is_integer(source) and dtypes.is_integer(target):
+        return bool(np.can_cast(source, target, "safe"))
+    if dtypes.is_integer(source) and dtypes.is_floating(target):
+        mantissa = _MANTISSA_BITS[target]
+        bits = source.itemsize * 8 - (1 if source.kind == "i" else 0)
+        return bits <= mantissa
+    if dtypes.is_floating(source) and dtypes.is_floating(target):
+        if source == dtypes.bfloat16:
+            return target in (dtypes.float32, dtypes.float64)
+        return target != dtypes.bfloat16 and target.itemsize > source.itemsize
+    return False
+
+
+def _cast_of_cast(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    x = m["x"]
+    middle = dtype_from_onnx_code(m.attrs("inner")["to"])
+    attrs = m.attrs("outer")
+    if not exact_cast(x.dtype, middle):
+        return None
+    if dtype_from_onnx_code(attrs["to"]) == x.dtype:
+        return x
+    return b.op("Cast", x, **attrs)
+
+
+def _perm(attrs: dict, rank: int) -> tuple[int, ...]:
+    perm = attrs["perm"]
+    return tuple(reversed(range(rank))) if perm is None else tuple(perm)
+
+
+def _identity_transpose(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    x = m["x"]
+    if _perm(m.attrs("t"), len(x.shape)) != tuple(range(len(x.shape))):
+        return None
+    return x
+
+
+def _transpose_of_transpose(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    x = m["x"]
+    rank = len(x.shape)
+    first = _perm(m.attrs("inner"), rank)
+    second = _perm(m.attrs("outer"), rank)
+    combined = tuple(first[i] for i in second)  # out[i] = inner[second[i]] = x[first[second[i]]]
+    if combined == tuple(range(rank)):
+        return x
+    return b.op("Transpose", x, perm=combined)
+
+
+def _same_shape(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    # Reshaping (or expanding) to the shape the value already has changes nothing.
+    return m["x"] if tuple(m.root.outputs[0].shape) == tuple(m["x"].shape) else None
+
+
+def _reshape_of_reshape(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    """Two row-major reshapes are one: the outer's target applied to the original input."""
+    x, root = m["x"], m.root
+    shape = root.outputs[0].shape
+    if tuple(shape) == tuple(x.shape):
+        return x
+    if root.op == "Reshape":
+        return b.op("Reshape", x, root.inputs[1], **m.attrs("outer"))
+    if all(isinstance(d, int) for d in shape):
+        target = b.const(np.array(shape, dtype=np.int64), "shape")
+        return b.op("Reshape", x, target)
+    return None
+
+
+def _fold_constants_of(kind: str):  # type: ignore[no-untyped-def]
+    """``(x op c1) op c2 -> x op (c1 op c2)`` for Add or Mul: exact for integers, a reordering
+    of float math otherwise (only under ``allow_reassociation``)."""
+    ufunc = np.add if kind == "Add" else np.multiply
+
+    def build(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+        x = m["x"]
+        if dtypes.is_floating(x.dtype) and not options.allow_reassociation:
+            return None
+        c1, c2 = m.data("c1"), m.data("c2")
+        assert c1 is not None and c2 is not None
+        with np.errstate(all="ignore"):
+            combined = np.asarray(ufunc(c1, c2)).astype(x.dtype)
+        if combined.size > options.constant_folding_limit:
+            return None
+        return b.op(kind, x, b.const(combined))
+
+    return build
+
+
+# -- the rules ----------------------------------------------------------------------------
+
+SIMPLIFY_RULES: list[Rule] = [
+    Rule(op("Mul", X, const(1)), keep("x"), "mul-one"),  # x * 1 -> x, 1 * x -> x
+    Rule(op("Add", X, const(0)), keep("x"), "add-zero"),  # x + 0 -> x, 0 + x -> x
+    Rule(op("Sub", X, const(0)), keep("x"), "sub-zero"),  # x - 0 -> x
+    Rule(op("Div", X, const(1)), keep("x"), "div-one"),  # x / 1 -> x
+    Rule(op("Pow", X, const(1)), keep("x"), "pow-one"),  # x ** 1 -> x
+    Rule(op("Pow", X, const(2, "p")), _square, "pow-two"),  # x ** 2 -> x * x
+    Rule(op("Pow", X, const(3, "p")), _cube, "pow-three"),  # x ** 3 -> (x * x) * x
+    Rule(op("Pow", X, const(0.5)), _sqrt, "pow-half"),  # x ** 0.5 -> sqrt(x)  [relaxed]
+    Rule(op("Neg", op("Neg", X)), keep("x"), "neg-neg"),  # -(-x) -> x
+    Rule(op("Identity", X), keep("x"), "identity"),  # identity(x) -> x
+    Rule(op("Cast", X, name="cast"), _noop_cast, "cast-same"),  # cast(x: T, to=T) -> x
+    # cast(cast(x, T1), T2) -> cast(x, T2) when T1 holds every value of x exactly
+    Rule(op("Cast", op("Cast", X, name="inner"), name="outer"), _cast_of_cast, "cast-cast"),
+    Rule(op("Transpose", X, name="t"), _identity_transpose, "transpose-id"),  # perm 0..n -> x
+    # transpose(transpose(x, p), q) -> transpose(x, p[q]) (or x when that is the identity)
+    Rule(
+        op("Transpose", op("Transpose", X, name="inner"), name="outer"),
+        _transpose_of_transpose,
+        "transpose-transpose",
+    ),
+    # reshape(reshape(x, s1), s2) -> reshape(x, s2) (any mix of Reshape/Flatten/(Un)Squeeze)
+    *[
+        Rule(op(outer, inner, *extra, name="outer"), _reshape_of_reshape, "reshape-reshape")
+        for outer, extra in (
+            ("Reshape", (var(),)),
+            ("Flatten", ()),
+            ("Squeeze", ()),
+            ("Squeeze", (var(),)),
+            ("Unsqueeze", (var(),)),
+        )
+        for inner in _reshaped("inner")
+    ],
+    Rule(op("Reshape", X, var()), _same_shape, "reshape-same"),  # reshape(x, x.shape) -> x
+    Rule(op("Expand", X, var()), _same_shape, "expand-same"),  # expand(x, x.shape) -> x
+    Rule(op("Squeeze", X, var()), _same_shape, "squeeze-same"),  # squeeze of no axis -> x
+    Rule(op("Squeeze", X), _same_shape, "squeeze-same"),  # squeeze without size-1 axes -> x
+    Rule(op("Flatten", X), _same_shape, "flatten-same"),  # flatten of a matrix at 1 -> x
+    # (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)  [exact for ints]
+    Rule(op("Add", op("Add", X, const(name="c1")), const(name="c2")), _fold_constants_of("Add")),
+    Rule(op("Mul", op("Mul", X, const(name="c1")), const(name="c2")), _fold_constants_of("Mul")),
+]
+
+
+@transform("simplify_algebra")
+def simplify_algebra(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGraph, int]:
+    """Apply the algebraic identities of :data:`SIMPLIFY_RULES` until none applies: ``x*1``,
+    ``x+0``, ``x-0``, ``x/1``, ``x**1`` to ``x``; ``x**2``, ``x**3`` to multiplications;
+    ``--x``, Identity, casts to the same dtype, exact cast chains, transpose and reshape chains,
+    reshapes and expands to the same shape."""
+    return rewrite_with_rules(graph, SIMPLIFY_RULES, options)

@@ -1,0 +1,146 @@
+"""simplify_algebra: structure and numerics before/after, near-misses left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ops import call
+from kiln.optim import DefaultsOptions, simplify_algebra
+from kiln.optim.simplify_algebra import exact_cast
+
+from ..numerics import assert_close
+
+f32 = np.float32
+RNG = np.random.default_rng(0)
+RELAXED = DefaultsOptions(allow_reassociation=True)
+
+
+def traced(fn, *args, **kwargs):
+    return kiln.trace(fn, *args, **kwargs).graph
+
+
+def run(graph, *inputs):
+    graph = graph.copy()
+    graph.finalize()
+    return [np.asarray(t) for t in graph.run(list(inputs))]
+
+
+def ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def simplified(fn, *inputs, options=None, **trace_kwargs):
+    """Trace ``fn``, simplify, verify, check numerics on ``inputs``; return (ops, count)."""
+    g = traced(fn, *inputs, **trace_kwargs)
+    out, n = simplify_algebra(g, options)
+    out.verify()
+    assert out.output_names == g.output_names
+    for want, got in zip(run(g, *inputs), run(out, *inputs)):
+        assert_close(got, want)
+    again, m = simplify_algebra(out, options)
+    assert m == 0 and again is out
+    return ops(out), n
+
+
+X = RNG.standard_normal((3, 4)).astype(f32)
+CASES = [
+    (lambda x: np.exp(x) * 1, ["Exp"]),
+    (lambda x: 1 * np.exp(x), ["Exp"]),
+    (lambda x: np.exp(x) + 0, ["Exp"]),
+    (lambda x: 0.0 + np.exp(x), ["Exp"]),
+    (lambda x: np.exp(x) - 0, ["Exp"]),
+    (lambda x: np.exp(x) / 1, ["Exp"]),
+    (lambda x: np.exp(x) ** 1, ["Exp"]),
+    (lambda x: x**2, ["Mul"]),
+    (lambda x: x**3, ["Mul", "Mul"]),
+    (lambda x: np.exp(np.negative(-x)), ["Exp"]),
+    (lambda x: np.exp(x).T.T, ["Exp"]),
+    (lambda x: np.exp(x).reshape(4, 3).reshape(2, 6), ["Exp", "Reshape"]),
+    (lambda x: np.exp(x).reshape(3, 4), ["Exp"]),
+    (lambda x: call("Cast", np.exp(x), to=1), ["Exp"]),  # float32 to float32
+    (lambda x: np.exp(x).astype(np.float64).astype(np.float16), ["Exp", "Cast"]),
+    (lambda x: np.exp(x).astype(np.float64).astype(np.float32), ["Exp"]),
+    (lambda x: np.expand_dims(np.exp(x), 0).squeeze(0), ["Exp"]),
+    (lambda x: call("Expand", np.exp(x), kiln.asarray(np.array([3, 4]))), ["Exp"]),
+    (
+        lambda x: np.transpose(np.exp(x)[None], (1, 0, 2)).transpose(2, 1, 0),
+        ["Exp", "Unsqueeze", "Transpose"],
+    ),
+]
+
+
+@pytest.mark.parametrize("fn, expected", CASES)
+def test_rules_simplify(fn, expected):
+    got, n = simplified(fn, X)
+    assert n >= 1 and got == expected
+
+
+@pytest.mark.parametrize(
+    "fn, expected",
+    [
+        (lambda x: x * 1, ["Identity"]),  # the output keeps its name through an Identity
+        (lambda x: x.reshape(-1, 4).reshape(x.shape[0], 4), ["Identity"]),
+        (lambda x: np.expand_dims(np.exp(x), 0).squeeze(0) ** 2, ["Exp", "Mul"]),
+    ],
+)
+def test_rules_simplify_with_a_dynamic_axis(fn, expected):
+    got, n = simplified(fn, X, dynamic_axes={"x": [0]})
+    assert got == expected
+    g, _ = simplify_algebra(traced(fn, X, dynamic_axes={"x": [0]}))
+    bigger = RNG.standard_normal((5, 4)).astype(f32)
+    assert_close(run(g, bigger)[0], run(traced(fn, bigger), bigger)[0])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x * np.ones((2, 3, 4), f32),  # the 1 broadcasts x to a bigger shape
+        lambda x: x + np.zeros((2, 1, 1), f32),
+        lambda x: x * 2,
+        lambda x: x**2.5,
+        lambda x: x**0.5,  # only with allow_reassociation
+        lambda x: x.astype(np.float16).astype(np.float32),  # the first cast rounds
+        lambda x: x.T,
+        lambda x: x.reshape(4, 3),
+        lambda x: (x * 2) * 3,  # reordering float math: only with allow_reassociation
+        lambda x: -x,
+    ],
+)
+def test_near_misses_are_left_alone(fn):
+    g = traced(fn, X)
+    assert simplify_algebra(g) == (g, 0)
+
+
+def test_integer_powers_and_casts_follow_their_dtypes():
+    i = np.arange(-3, 3, dtype=np.int64)
+    got, n = simplified(lambda v: v**2, i)
+    assert got == ["Mul"]
+    # An integer base to a float exponent is computed in float64: not a multiplication.
+    g = traced(lambda v: kiln.ops.call("Pow", v, kiln.asarray(np.float32(2))), i)
+    assert simplify_algebra(g)[1] == 0
+    got, _ = simplified(lambda v: v.astype(np.int64).astype(np.float64), i.astype(np.int32))
+    assert got == ["Cast"]  # int32 -> int64 is exact
+    g = traced(lambda v: v.astype(np.float64).astype(np.int32), i)
+    assert simplify_algebra(g)[1] == 0  # int64 -> float64 rounds large values
+
+
+def test_exact_casts():
+    assert exact_cast(np.dtype("int16"), np.dtype("float32"))
+    assert exact_cast(np.dtype("bool"), np.dtype("int8"))
+    assert exact_cast(np.dtype("uint8"), np.dtype("float16"))
+    assert not exact_cast(np.dtype("int32"), np.dtype("float32"))
+    assert not exact_cast(np.dtype("float16"), np.dtype("bfloat16"))
+    assert not exact_cast(np.dtype("int8"), np.dtype("uint8"))
+    assert not exact_cast(np.dtype("float32"), np.dtype("int64"))
+
+
+def test_reassociation_only_when_allowed():
+    got, _ = simplified(lambda x: (x * 2) * 3 + 0.5 + 0.25, X, options=RELAXED)
+    assert got == ["Mul", "Add"]
+    got, _ = simplified(lambda x: np.maximum(x, 0) ** 0.5, np.abs(X), options=RELAXED)
+    assert got == ["Max", "Sqrt"]
+    i = np.arange(6, dtype=np.int32)
+    got, _ = simplified(lambda v: (v + 2) + 3, i)  # integer addition is associative
+    assert got == ["Add"]
