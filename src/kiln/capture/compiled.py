@@ -137,6 +137,7 @@ class _Entry:
     static_shapes: tuple[tuple[int, ...], ...] | None = None
     run_unchecked: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
     single_output: bool = False  # the result is exactly one tensor
+    container: type | None = None  # list or tuple when the result is a flat one of tensors
     pins: tuple[str, ...] = ()  # why a dynamic size was fixed to one value
     nbytes: int = 0
 
@@ -237,6 +238,8 @@ class CompiledFunction:
 
     def _reset_state(self) -> None:
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        # For calls with positional arrays only: their (dtype, rank) tuple -> the entry's key.
+        self._flat: dict[Hashable, Hashable] = {}
         self._capturing: set[Hashable] = set()
         self._current: _Entry | None = None
         self._captures = 0
@@ -334,6 +337,25 @@ class CompiledFunction:
             # Falling back, or called inside another trace: run the target (the outer trace
             # then records its operators inline).
             return self._eager(args, kwargs)
+        if not kwargs and self._flat:
+            # The common case, positional arrays only: the key needs no pytree flattening.
+            arrays = []
+            flat: list[Any] = []
+            with_shapes = self._dynamic is False
+            for a in args:
+                cls = type(a)
+                if cls is Tensor:
+                    a = a._data
+                elif cls is not np.ndarray:
+                    break
+                arrays.append(a)
+                flat.append(a.dtype)
+                flat.append(a.shape if with_shapes else a.ndim)
+            else:
+                key = self._flat.get(tuple(flat))
+                entry = self._entries.get(key) if key is not None else None
+                if entry is not None and entry.run is not None:
+                    return self._replay(call, key, entry, arrays, args, kwargs)
         tree: Any = (args, kwargs)
         leaves, treespec = optree.tree_flatten(tree)
         key = self._key(treespec, leaves, args, kwargs)
@@ -346,6 +368,25 @@ class CompiledFunction:
             leaves[i]._data if type(leaves[i]) is Tensor else leaves[i]
             for i in entry.tensor_positions
         ]
+        return self._replay(call, key, entry, arrays, args, kwargs)
+
+    def _flat_key(self, arrays: list[np.ndarray]) -> Hashable:
+        """The key ``__call__`` builds inline for positional-array calls."""
+        flat: list[Any] = []
+        for a in arrays:
+            flat.append(a.dtype)
+            flat.append(a.shape if self._dynamic is False else a.ndim)
+        return tuple(flat)
+
+    def _replay(
+        self,
+        call: int,
+        key: Hashable,
+        entry: _Entry,
+        arrays: list[np.ndarray],
+        args: Any,
+        kwargs: Any,
+    ) -> Any:
         static_shapes = entry.static_shapes
         if static_shapes is not None:
             # A static graph: the key already matched dtypes and ranks, so the guard is the
@@ -358,12 +399,14 @@ class CompiledFunction:
                 if not entry.guards and entry.single_output:
                     self._current = entry
                     return Tensor._wrap(outs[0])
-                return self._finish_replay(call, key, entry, outs, leaves, treespec, args, kwargs)
+                return self._finish_replay(call, key, entry, outs, args, kwargs)
         try:
-            outs = entry.run(arrays)
+            outs = entry.run(arrays)  # type: ignore[misc]
         except InputMismatchError as mismatch:
+            tree: Any = (args, kwargs)
+            leaves, treespec = optree.tree_flatten(tree)
             return self._drift(call, key, entry, mismatch, leaves, treespec, args, kwargs)
-        return self._finish_replay(call, key, entry, outs, leaves, treespec, args, kwargs)
+        return self._finish_replay(call, key, entry, outs, args, kwargs)
 
     def _finish_replay(
         self,
@@ -371,17 +414,20 @@ class CompiledFunction:
         key: Hashable,
         entry: _Entry,
         outs: list[np.ndarray],
-        leaves: list[Any],
-        treespec: Any,
         args: Any,
         kwargs: Any,
     ) -> Any:
         for index, expected, where in entry.guards:
             if not np.array_equal(outs[index], expected):
+                tree: Any = (args, kwargs)
+                leaves, treespec = optree.tree_flatten(tree)
                 return self._guard_miss(
                     call, key, entry, where, expected, outs[index], leaves, treespec, args, kwargs
                 )
         self._current = entry
+        container = entry.container
+        if container is not None:  # a flat list or tuple of tensors: no unflattening
+            return container([Tensor._wrap(a) for a in outs[: entry.n_outputs]])
         return entry.outputs.rebuild([Tensor._wrap(a) for a in outs[: entry.n_outputs]])
 
     def _key(self, treespec: Any, leaves: list[Any], args: Any, kwargs: Any) -> Hashable:
@@ -661,6 +707,10 @@ class CompiledFunction:
             self._captures += 1
             self._entries[key] = entry
             self._entries.move_to_end(key)
+            if not kwargs:
+                arrays = _flat_arrays(args)
+                if arrays is not None:
+                    self._flat[self._flat_key(arrays)] = key
             while len(self._entries) > MAX_ENTRIES:
                 self._entries.popitem(last=False)
             self._current = entry
@@ -761,10 +811,15 @@ class CompiledFunction:
         entry.run = run
         if not dynamic and self._specialize is not True:
             entry.static_shapes = tuple(
-                tuple(int(d) for d in v.shape) for v in graph.input_values  # all static here
+                tuple(int(d) for d in v.shape)
+                for v in graph.input_values  # all static here
             )
             entry.run_unchecked = graph._plan.run_arrays  # type: ignore[attr-defined]
         entry.single_output = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
+        if not outputs.static_leaves:
+            for container in (list, tuple):
+                if outputs.spec == optree.tree_structure(container([0] * len(tensors))):
+                    entry.container = container
         entry.guards = tuple(
             (len(tensors) + i, expected, where)
             for i, (_, expected, where) in enumerate(tracer.guards)
@@ -812,6 +867,20 @@ def _specializing_runner(
         return plan.run_arrays(arrays)  # type: ignore[no-any-return, union-attr]
 
     return run
+
+
+def _flat_arrays(args: tuple[Any, ...]) -> list[np.ndarray] | None:
+    """The arrays of ``args`` when every argument is an array or tensor, else None."""
+    arrays = []
+    for a in args:
+        cls = type(a)
+        if cls is np.ndarray:
+            arrays.append(a)
+        elif cls is Tensor:
+            arrays.append(a._data)
+        else:
+            return None
+    return arrays
 
 
 def _ref(tracer: Tracer, value: Value) -> Any:
