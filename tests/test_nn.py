@@ -18,9 +18,9 @@ import kiln
 from kiln import nn
 from kiln.errors import OpArgumentError
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])  # an independent oracle (no scipy needed)
-
 from .numerics import assert_close
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])  # an independent oracle (no scipy needed)
 
 FLOATS = [np.float32, np.float64]
 
