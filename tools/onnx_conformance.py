@@ -257,7 +257,13 @@ def _time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-_TYPE_WORDS = ("element type", "kiln supports tensor values only", "has type", "no shape")
+_TYPE_WORDS = (
+    "element type",
+    "ONNX data type",
+    "kiln supports tensor values only",
+    "has type",
+    "no shape",
+)
 
 
 def _import_cause(exc: BaseException) -> str:
@@ -459,6 +465,15 @@ def render(report: Report, seconds: float) -> str:
         "built, so the harness loads those with `kiln.io.load(model, constant_inputs=...)`, "
         "binding the integer inputs of the data set as constants (a specialisation of the "
         "model); without it they fail to import with a 'must be a constant' error."
+    )
+    report.notes.append(
+        "Expected failures: kiln is an inference runtime, so Dropout and BatchNormalization "
+        "with training_mode=1 are refused by design. A Cast/CastLike to or from a type kiln "
+        "lacks (float8, float4, int2/int4, e8m0, string) counts as *unsupported type*, like a "
+        "graph input of such a type. The bfloat16 Attention cases differ by one bfloat16 ulp "
+        "(2^-8, 0.0039 near 1) on a share of the elements: their expected values carry the "
+        "rounding of the reference's own step order, and the default rtol 1e-3 is tighter than "
+        "one bfloat16 ulp (kiln computes half precision in float32 and rounds once)."
     )
     lines += ["", "Notes:", ""] + [f"- {n}" for n in report.notes]
     lines += [

@@ -67,8 +67,6 @@ def test_unknown_or_bad_attributes() -> None:
         call("Relu", _t([1.0], F32), alpha=0.1)
     with pytest.raises(OpArgumentError, match="Gelu: attribute 'approximate' must be"):
         call("Gelu", _t([1.0], F32), approximate="erf")
-    with pytest.raises(OpArgumentError, match="Mod: floating-point inputs .* need fmod=1"):
-        call("Mod", _t([1.0], F32), _t([1.0], F32))
     with pytest.raises(OpArgumentError, match="Mod: attribute 'fmod' must be 0 or 1"):
         call("Mod", _t([1]), _t([1]), fmod=2)
 
@@ -202,3 +200,48 @@ def test_stable_activations_at_extremes() -> None:
     assert_close(call("Softplus", x), np.array([0.0, 100.0, math.log(2)], F32))
     h = _t([-20.0, 20.0], np.float16)
     assert call("Softplus", h).tolist() == [0.0, 20.0]
+
+
+def test_float_mod_fmod0_takes_the_divisor_sign() -> None:
+    # ONNX Mod-28: fmod=0 on floats is A - floor(A / B) * B, including the IEEE edge cases
+    a = np.array([-4.3, 7.2, 5.0, 0.0, np.inf, 3.0, 3.0, -3.0], np.float32)
+    b = np.array([2.1, -3.4, 1.0, -2.0, 1.0, 0.0, np.inf, np.inf], np.float32)
+    got = call("Mod", kiln.tensor(a), kiln.tensor(b)).numpy()
+    with np.errstate(invalid="ignore"):
+        want = np.remainder(a, b)
+    np.testing.assert_array_equal(np.signbit(got[:4]), np.signbit(want[:4]))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_cast_like_takes_the_dtype_only() -> None:
+    x = kiln.tensor(np.array([1.7, -2.5, 0.0], np.float32))
+    like = kiln.tensor(np.zeros((4, 4), np.int16))
+    got = call("CastLike", x, like)
+    assert got.dtype == np.int16 and got.shape == (3,)
+    assert got.tolist() == [1, -2, 0]
+    known = get_op("CastLike").infer(
+        [TensorType(np.dtype(np.int64), (2,), (3, 4)), TensorType(np.dtype(np.int32), ())], {}
+    )
+    assert known[0].value == (3, 4) and known[0].dtype == np.int32
+
+
+def test_prelu_broadcasts_one_way_only() -> None:
+    x = kiln.tensor(np.array([[-1.0, 2.0], [-3.0, 4.0]], np.float32))
+    slope = kiln.tensor(np.array([[0.5], [0.1]], np.float32))
+    assert_close(call("PRelu", x, slope).numpy(), np.array([[-0.5, 2.0], [-0.3, 4.0]], F32))
+    with pytest.raises(OpArgumentError, match="PRelu: input 'slope' has shape"):
+        call("PRelu", kiln.tensor(np.ones((2,), np.float32)), kiln.tensor(np.ones((3, 2), F32)))
+    b = symbol("B")
+    (t,) = get_op("PRelu").infer([TensorType(F32, (b, 3)), TensorType(F32, (3,))], {})
+    assert t.shape == (b, 3)
+
+
+def test_activation_attributes() -> None:
+    x = kiln.tensor(np.array([-2.0, -0.4, 0.3, 1.5], np.float32))
+    shrunk = call("Shrink", x, lambd=0.5, bias=0.25).numpy()
+    np.testing.assert_allclose(shrunk, [-1.75, 0.0, 0.0, 1.25])
+    np.testing.assert_allclose(call("ThresholdedRelu", x, alpha=0.3).numpy(), [0, 0, 0, 1.5])
+    celu = call("Celu", x, alpha=2.0).numpy()
+    np.testing.assert_allclose(
+        celu, [2.0 * math.expm1(-1.0), 2.0 * math.expm1(-0.2), 0.3, 1.5], rtol=1e-6
+    )

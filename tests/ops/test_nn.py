@@ -13,6 +13,7 @@ import kiln
 from kiln.errors import OpArgumentError, OpTypeError
 from kiln.ops.dispatch import dispatch
 from kiln.ops.registry import TensorType, get_op
+from kiln.ops.sampling import sample_array
 from kiln.symbolic import SymDim, evaluate, symbol
 
 from ..numerics import assert_close
@@ -193,20 +194,24 @@ def test_dropout_training_mode_is_rejected():
 
 
 def test_attention_errors():
-    with pytest.raises(
-        OpArgumentError, match="Attention: input 'Q' must be 4-D .*3-D form is not supported"
-    ):
+    with pytest.raises(OpArgumentError, match="Attention: the 3-D form .* needs attributes"):
         infer("Attention", tt(2, 4, 8), tt(2, 4, 8), tt(2, 4, 8))
-    with pytest.raises(OpArgumentError, match="Attention: input 'past_key'"):
+    with pytest.raises(OpArgumentError, match="Attention: input 'Q' has hidden size 8; expected"):
+        infer("Attention", tt(2, 4, 8), tt(2, 4, 8), tt(2, 4, 8), q_num_heads=3, kv_num_heads=1)
+    with pytest.raises(OpArgumentError, match="'past_key' and 'past_value' must be given together"):
+        infer("Attention", tt(1, 2, 3, 4), tt(1, 2, 3, 4), tt(1, 2, 3, 4), None, tt(1, 2, 1, 4))
+    with pytest.raises(OpArgumentError, match="Attention: input 'past_key' has head size 5"):
         infer(
             "Attention",
             tt(1, 2, 3, 4),
             tt(1, 2, 3, 4),
             tt(1, 2, 3, 4),
             None,
-            tt(1, 2, 1, 4),
+            tt(1, 2, 1, 5),
             tt(1, 2, 1, 4),
         )
+    with pytest.raises(OpArgumentError, match="'qk_matmul_output_mode' is 4"):
+        infer("Attention", tt(1, 2, 3, 4), tt(1, 2, 3, 4), tt(1, 2, 3, 4), qk_matmul_output_mode=4)
     with pytest.raises(OpArgumentError, match="Attention: input 'K' has head size 5; expected 4"):
         infer("Attention", tt(1, 2, 3, 4), tt(1, 2, 3, 5), tt(1, 2, 3, 4))
     with pytest.raises(
@@ -214,7 +219,7 @@ def test_attention_errors():
     ):
         infer("Attention", tt(1, 4, 3, 4), tt(1, 3, 3, 4), tt(1, 3, 3, 4))
     with pytest.raises(OpArgumentError, match="Attention: input 'attn_mask' has shape"):
-        infer("Attention", tt(1, 2, 3, 4), tt(1, 2, 5, 4), tt(1, 2, 5, 4), tt(3, 4, dtype=np.bool_))
+        infer("Attention", tt(1, 2, 3, 4), tt(1, 2, 5, 4), tt(1, 2, 5, 4), tt(2, 5, dtype=np.bool_))
     with pytest.raises(OpTypeError, match="Attention: input 'attn_mask' has dtype int32"):
         infer("Attention", tt(1, 2, 3, 4), tt(1, 2, 5, 4), tt(1, 2, 5, 4), tt(3, 5, dtype=np.int32))
 
@@ -360,3 +365,92 @@ def test_layer_norm_statistics_outputs():
     std = np.sqrt(x64.var(axis=(1, 2), keepdims=True) + 1e-5)
     assert_close(inv, (1 / std).astype(np.float32))
     assert_close(y, ((x64 - x64.mean(axis=(1, 2), keepdims=True)) / std).astype(np.float32))
+
+
+# -- Attention: the full ONNX form ----------------------------------------------------------
+
+
+def test_attention_output_count_follows_cache_and_mode():
+    b, s = symbol("B"), symbol("S")
+    q = tt(b, s, 12)
+    kv = tt(b, s, 6)
+    heads = {"q_num_heads": 4, "kv_num_heads": 2}
+    (y,) = infer("Attention", q, kv, kv, **heads)
+    assert y.shape == (b, s, 12)  # 3-D in, 3-D out: heads * v_head_size
+    past = tt(b, 2, 5, 3)
+    y, pk, pv = infer("Attention", q, kv, kv, None, past, past, **heads)
+    assert pk.shape == (b, 2, 5 + s, 3) and pv.shape == pk.shape
+    outs = infer("Attention", q, kv, kv, **heads, qk_matmul_output_mode=0)
+    assert [t.shape for t in outs][3] == (b, 4, s, s)
+
+
+def test_attention_cache_is_concatenated_and_causal_is_offset():
+    q = sample_array((1, 1, 2, 4), F32)
+    k, v = sample_array((1, 1, 2, 4), F32), sample_array((1, 1, 2, 4), F32)
+    pk, pv = sample_array((1, 1, 3, 4), F32), sample_array((1, 1, 3, 4), F32)
+    y, present_k, present_v = run("Attention", q, k, v, None, pk, pv, is_causal=1)
+    np.testing.assert_array_equal(present_k, np.concatenate([pk, k], axis=2))
+    np.testing.assert_array_equal(present_v, np.concatenate([pv, v], axis=2))
+    # bottom-right causal: query 0 (absolute position 3) sees keys 0..3, query 1 sees all 5
+    full_k, full_v = present_k[0, 0].astype(np.float64), present_v[0, 0].astype(np.float64)
+    for i, visible in ((0, 4), (1, 5)):
+        logits = full_k[:visible] @ q[0, 0, i].astype(np.float64) / 2.0
+        w = np.exp(logits - logits.max())
+        assert_close(y[0, 0, i], ((w / w.sum()) @ full_v[:visible]).astype(F32))
+
+
+def test_attention_fully_masked_row_is_zero_not_nan():
+    q = sample_array((1, 1, 2, 4), F32)
+    mask = np.array([[True, True], [False, False]])
+    y, _, _, probs = run("Attention", q, q, q, mask, qk_matmul_output_mode=3)
+    assert np.isfinite(y).all() and not y[0, 0, 1].any() and not probs[0, 0, 1].any()
+    assert_close(probs[0, 0, 0].sum(), np.float32(1.0))
+
+
+def test_attention_short_mask_and_nonpad_kv_seqlen():
+    q = sample_array((2, 1, 1, 4), F32)
+    k = sample_array((2, 1, 4, 4), F32)
+    mask = np.array([[True, True]])  # 2 keys of 4: the rest count as masked
+    _, _, _, probs = run("Attention", q, k, k, mask, qk_matmul_output_mode=3)
+    assert not probs[..., 2:].any()
+    nonpad = np.array([3, 1], np.int64)
+    _, _, _, probs = run("Attention", q, k, k, None, None, None, nonpad, qk_matmul_output_mode=3)
+    assert not probs[0, ..., 3:].any() and not probs[1, ..., 1:].any()
+
+
+def test_lrn_and_hardmax():
+    x = np.arange(1.0, 6.0, dtype=F32).reshape(1, 5, 1, 1)
+    (y,) = run("LRN", x, size=3, alpha=1.0, beta=1.0, bias=1.0)
+    # channel 0 sums channels 0..1: 1 + (1 + 4) / 3
+    assert_close(y[0, 0, 0, 0], np.float32(1.0 / (1.0 + 5.0 / 3.0)))
+    with pytest.raises(OpArgumentError, match="LRN: attribute 'size' is 0"):
+        infer("LRN", tt(1, 3, 2, 2), size=0)
+    (h,) = run("Hardmax", np.array([[1.0, 5.0, 5.0], [0.0, -1.0, -2.0]], F32))
+    np.testing.assert_array_equal(h, [[0, 1, 0], [1, 0, 0]])
+
+
+def test_lrn_even_size_and_other_ranks_follow_the_onnx_window():
+    from kiln.ops.nn import _ref_lrn
+
+    for shape, attrs in (
+        ((1, 6, 4), {"size": 4, "alpha": 0.01, "beta": 0.5, "bias": 2.0}),
+        ((1, 3, 2, 2, 2), {"size": 2}),
+    ):
+        x = sample_array(shape, F32, -3.0, 3.0)
+        (y,) = run("LRN", x, **attrs)
+        assert_close(y, _ref_lrn(x, **attrs))
+
+
+def test_attention_3d_gqa_matches_4d():
+    q, k, v = (
+        sample_array((2, 3, 8), F32),
+        sample_array((2, 4, 4), F32),
+        sample_array((2, 4, 6), F32),
+    )
+    (y3,) = run("Attention", q, k, v, q_num_heads=4, kv_num_heads=2)
+    split = [
+        a.reshape(2, -1, h, a.shape[2] // h).transpose(0, 2, 1, 3)
+        for a, h in ((q, 4), (k, 2), (v, 2))
+    ]
+    (y4,) = run("Attention", *split)
+    assert_close(y3, y4.transpose(0, 2, 1, 3).reshape(2, 3, 12))

@@ -269,3 +269,89 @@ def test_gather_nd_batch_dims() -> None:
     idx = np.array([[[0, 1]], [[2, 3]]], np.int64)
     (out,) = run("GatherND", data, idx, batch_dims=1)
     assert out.tolist() == [[data[0, 0, 1]], [data[1, 2, 3]]]
+
+
+# -- Resize: cubic, antialias, tf_crop_and_resize, keep_aspect_ratio_policy ----------------
+
+
+def run1(op: str, *inputs, **attrs) -> np.ndarray:
+    """The first output of :func:`run`."""
+    return run(op, *inputs, **attrs)[0]
+
+
+def _keys_cubic(d: float, a: float = -0.75) -> float:
+    d = abs(d)
+    if d <= 1:
+        return (a + 2) * d**3 - (a + 3) * d**2 + 1
+    return a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a if d < 2 else 0.0
+
+
+def test_resize_cubic_matches_the_keys_kernel():
+    x = np.array([[[[1.0, 4.0, 2.0, 8.0, 3.0]]]], np.float32)
+    scales = np.array([1, 1, 1, 2], np.float32)
+    got = run1("Resize", x, None, scales, mode="cubic")[0, 0, 0]
+    want = []
+    for j in range(10):
+        c = (j + 0.5) / 2 - 0.5  # half_pixel
+        base = int(np.floor(c))
+        total = 0.0
+        for t in range(base - 1, base + 3):  # four taps, edge-clamped
+            total += _keys_cubic(c - t) * float(x[0, 0, 0, min(max(t, 0), 4)])
+        want.append(total)
+    assert_close(got, np.array(want, np.float32))
+
+
+def test_resize_tf_crop_and_resize_extrapolates():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    roi = np.array([0, 0, 0.5, 0.5, 1, 1, 1.5, 1.5], np.float32)  # half outside the input
+    sizes = np.array([1, 1, 3, 3], np.int64)
+    got = run1(
+        "Resize",
+        x,
+        roi,
+        None,
+        sizes,
+        mode="linear",
+        coordinate_transformation_mode="tf_crop_and_resize",
+        extrapolation_value=-1.0,
+    )[0, 0]
+    # source coordinate 1.5 + k * 1.5 along each axis: 1.5, 3.0 inside, 4.5 outside
+    assert_close(got[:2, :2], np.array([[7.5, 9.0], [13.5, 15.0]], np.float32))
+    assert (got[2] == -1).all() and (got[:, 2] == -1).all()
+
+
+def test_resize_keep_aspect_ratio_policy_sizes():
+    x = TensorType(F32, (1, 1, 4, 6))
+    sizes = TensorType(np.dtype(np.int64), (2,), (2, 2))
+    for policy, shape in (("not_larger", (1, 1, 1, 2)), ("not_smaller", (1, 1, 2, 3))):
+        (t,) = infer("Resize", [x, None, None, sizes], axes=(2, 3), keep_aspect_ratio_policy=policy)
+        assert t.shape == shape
+        data = np.ones((1, 1, 4, 6), np.float32)
+        out = run1(
+            "Resize",
+            data,
+            None,
+            None,
+            np.array([2, 2]),
+            axes=(2, 3),
+            mode="linear",
+            keep_aspect_ratio_policy=policy,
+        )
+        assert out.shape == shape
+
+
+def test_resize_antialias_averages_when_downsampling():
+    x = np.array([[0.0, 0.0, 4.0, 4.0]], np.float32)
+    sizes = np.array([1, 2], np.int64)
+    plain = run1("Resize", x, None, None, sizes, mode="linear")
+    smooth = run1("Resize", x, None, None, sizes, mode="linear", antialias=1)
+    # without antialias the taps at 0.5 / 2.5 straddle equal pairs; with it, a tent twice as
+    # wide weights the 4 neighbours 1:3:3:1 (normalised), mixing in the other half
+    assert_close(plain, np.array([[0.0, 4.0]], np.float32))
+    assert_close(smooth, np.array([[0.5, 3.5]], np.float32))
+
+
+def test_range_half_precision():
+    got = run1("Range", np.float16(1.0), np.float16(2.0), np.float16(0.25))
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.array([1.0, 1.25, 1.5, 1.75], np.float16))

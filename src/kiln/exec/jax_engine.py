@@ -588,17 +588,29 @@ def _attention(
     mask: Any = None,
     past_key: Any = None,
     past_value: Any = None,
+    nonpad_kv_seqlen: Any = None,
     *,
     is_causal: int,
     kv_num_heads: int,
     q_num_heads: int,
-    qk_matmul_output_mode: int,
+    qk_matmul_output_mode: int | None,
     scale: float | None,
     softcap: float,
-    softmax_precision: int,
+    softmax_precision: int | None,
+    **newer: Any,  # attributes of newer opsets: lowered only at their defaults
 ) -> Any:
-    if q.ndim != 4 or past_key is not None or past_value is not None or qk_matmul_output_mode:
-        raise NotLowerable("Attention: only 4-D inputs without past keys are lowered")
+    if (
+        q.ndim != 4
+        or past_key is not None
+        or past_value is not None
+        or nonpad_kv_seqlen is not None
+        or qk_matmul_output_mode is not None
+        or any(value not in (None, 0, -1) for value in newer.values())
+    ):
+        raise NotLowerable(
+            "Attention: only the 4-D form without past keys, sequence lengths or extra outputs "
+            "is lowered"
+        )
     _float_only("Attention", q)
     work = _jnp.float32 if q.dtype.itemsize < 4 else q.dtype
     qw, kw, vw = q.astype(work), k.astype(work), v.astype(work)

@@ -87,7 +87,7 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
     helper = onnx.helper
     nodes = _onnx_domain_nodes(graph)
     if opset is None:
-        newest = max((get_op(n.op).since_version for n in nodes), default=DEFAULT_OPSET)
+        newest = max((_required_opset(n) for n in nodes), default=DEFAULT_OPSET)
         opset = DEFAULT_OPSET if newest <= DEFAULT_OPSET else max(NEWEST_OPSET, newest)
     graph_inputs = {id(v) for v in graph.input_values}
     graph_outputs = {id(v) for v in graph.output_values}
@@ -113,7 +113,7 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
         body,
         opset_imports=[helper.make_opsetid("", opset)],
         producer_name="kiln",
-        ir_version=_IR_VERSION,
+        ir_version=_IR_VERSION if opset <= NEWEST_OPSET else _ir_version_for(opset),
     )
     onnx.checker.check_model(model)
     return model
@@ -148,6 +148,29 @@ def _onnx_domain_nodes(graph: ModelGraph) -> list[Node]:
     for node in graph.nodes:
         emit(node, 0)
     return out
+
+
+def _required_opset(node: Node) -> int:
+    """The oldest opset whose schema expresses ``node``: the operator's ``since_version``, or
+    a newer one where kiln uses a form ONNX added later."""
+    needed = get_op(node.op).since_version
+    first = node.inputs[0] if node.inputs else None
+    floating = first is not None and first.dtype.kind == "f" or (
+        first is not None and first.dtype.name == "bfloat16"
+    )
+    if node.op == "Attention" and len(node.inputs) > 6:
+        needed = max(needed, 24)  # the nonpad_kv_seqlen input
+    elif node.op == "Range" and first is not None and first.dtype.name in ("float16", "bfloat16"):
+        needed = max(needed, 27)
+    elif node.op == "Mod" and floating and not node.attrs.get("fmod", 0):
+        needed = max(needed, 28)  # floor-mod on floats
+    return needed
+
+
+def _ir_version_for(opset: int) -> int:
+    import onnx
+
+    return int(onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)]))
 
 
 def _node_proto(node: Node, opset: int) -> onnx.NodeProto:

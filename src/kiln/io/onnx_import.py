@@ -464,6 +464,37 @@ def _resize(imp: _Importer, call: _Call) -> None:
     imp.finish(call)
 
 
+def _attention(imp: _Importer, call: _Call) -> None:
+    """kiln's Attention makes qk_matmul_output only when qk_matmul_output_mode is given (its
+    outputs stay Y alone for the plain form): a node that asks for it (output 3) gets the
+    ONNX default mode 0 written out."""
+    wants_qk = len(call.outputs) > 3 and call.outputs[3] != ""
+    if wants_qk and call.attrs.get("qk_matmul_output_mode") is None:
+        call.attrs["qk_matmul_output_mode"] = 0
+    imp.finish(call)
+
+
+def _prelu(imp: _Importer, call: _Call) -> None:
+    """PRelu before opset 7: a 1-D slope of C entries is per channel (axis 1), not NumPy-style
+    aligned with the last axis; it becomes (C, 1, ..., 1)."""
+    x, slope = call.inputs[0], call.inputs[1]
+    if call.version < 7 and x is not None and slope is not None:
+        trailing = x.type.ndim - 2
+        if slope.type.ndim == 1 and trailing > 0 and slope.type.shape[0] != 1:
+            axes = np.arange(1, 1 + trailing, dtype=np.int64)
+            axes_value = imp.new_constant(f"{call.name or 'prelu'}_slope_axes", axes)
+            (slope,) = imp.emit(
+                "Unsqueeze",
+                [slope, axes_value],
+                {},
+                [imp.scope.fresh(f"{slope.name}_per_channel")],
+                "",
+                call.where,
+            )
+            call.inputs[1] = slope
+    imp.finish(call)
+
+
 def _upsample(imp: _Importer, call: _Call) -> None:
     if "scales" in call.attrs:  # Upsample 7-8: scales as an attribute
         scales = np.asarray(call.attrs.pop("scales"), np.float32)
@@ -572,6 +603,8 @@ _REWRITES: dict[str, Callable[[_Importer, _Call], None]] = {
     "LogSoftmax": _softmax,
     "Resize": _resize,
     "Upsample": _upsample,
+    "Attention": _attention,
+    "PRelu": _prelu,
 }
 
 

@@ -153,6 +153,55 @@ for _name, _kernel, _log in (
     )
 
 
+# -- Hardmax ---------------------------------------------------------------------------------
+
+
+def _hardmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    out = np.zeros(x.shape, x.dtype)
+    if x.size == 0:
+        return out
+    first = np.expand_dims(np.argmax(x, axis=axis), axis)  # the first maximum wins ties
+    np.put_along_axis(out, first, x.dtype.type(1), axis=axis)
+    return out
+
+
+def _ref_hardmax(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    moved = np.moveaxis(x.astype(np.float64), axis, -1)
+    out = np.zeros_like(moved)
+    for idx in np.ndindex(*moved.shape[:-1]):
+        row = moved[idx].tolist()
+        if row:
+            out[idx + (row.index(max(row)),)] = 1.0
+    return np.moveaxis(out, -1, axis).astype(x.dtype)
+
+
+def _hardmax_samples() -> list[Sample]:
+    out = []
+    ties = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]], _F32)
+    out.append(Sample((ties,), {"axis": -1}, _ref_hardmax, name="ties"))
+    cases = [((3, 4), -1), ((2, 3, 4), 1), ((2, 3, 4), -3), ((1,), 0), ((0, 3), -1)]
+    cases += [((2, 1, 3), -2), ((4, 2), 0)]
+    for dt in _SAMPLE_DTYPES:
+        for shape, axis in cases:
+            x = sample_array(shape, dt)
+            out.append(Sample((x,), {"axis": axis}, _ref_hardmax, name=f"{dt.name}{shape}{axis}"))
+    return out
+
+
+register(
+    OpDef(
+        name="Hardmax",
+        doc="1 at the first maximum along ``axis``, 0 elsewhere.",
+        inputs=(Input("input"),),
+        outputs=("output",),
+        attrs={"axis": Attr("int", -1)},
+        infer=_softmax_infer("Hardmax"),
+        kernel=_hardmax_kernel,
+        samples=_hardmax_samples,
+    )
+)
+
+
 # -- LayerNormalization, RMSNormalization ---------------------------------------------------
 
 
@@ -505,6 +554,96 @@ register(
         infer=_instance_norm_infer,
         kernel=_instance_norm_kernel,
         samples=_instance_norm_samples,
+    )
+)
+
+
+# -- LRN ------------------------------------------------------------------------------------
+
+
+def _lrn_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    op = "LRN"
+    x = require(op, "X", types[0])
+    require_dtype(op, "X", x, FLOATS)
+    if x.ndim < 3:
+        raise _rank_error(op, "X", x, "at least 3-D (N, C, D1, ...)")
+    if attrs["size"] < 1:
+        raise OpArgumentError(f"{op}: attribute 'size' is {attrs['size']}; expected >= 1")
+    return [TensorType(x.dtype, x.shape)]
+
+
+def _lrn_kernel(
+    x: np.ndarray, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0, size: int
+) -> np.ndarray:
+    (work,) = _floats(x)
+    channels = x.shape[1]
+    before, after = (size - 1) // 2, size // 2  # floor / ceil of (size - 1) / 2
+    # a running sum over the channel axis: pad the squares, then difference a cumulative sum
+    squares = np.square(work)
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (before + 1, after)
+    total = np.cumsum(np.pad(squares, pad), axis=1)
+    hi = np.take(total, np.arange(channels) + before + after + 1, axis=1)
+    lo = np.take(total, np.arange(channels), axis=1)
+    square_sum = hi - lo
+    return (work / (bias + (alpha / size) * square_sum) ** beta).astype(x.dtype, copy=False)
+
+
+def _ref_lrn(x, *, alpha=1e-4, beta=0.75, bias=1.0, size):  # type: ignore[no-untyped-def]
+    """Element by element in float64, the channel window of the ONNX definition."""
+    wide = x.astype(np.float64)
+    out = np.empty_like(wide)
+    channels = x.shape[1]
+    for idx in np.ndindex(*x.shape):
+        c = idx[1]
+        lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + math.ceil((size - 1) / 2))
+        total = 0.0
+        for i in range(lo, hi + 1):
+            total += wide[(idx[0], i, *idx[2:])] ** 2
+        out[idx] = wide[idx] / (bias + alpha / size * total) ** beta
+    return out.astype(x.dtype)
+
+
+def _lrn_samples() -> list[Sample]:
+    out = []
+    # 4-D with odd sizes (what onnxruntime implements); tests/ops/test_nn.py covers even sizes
+    # and other ranks
+    common: list[tuple[tuple[int, ...], dict[str, Any]]] = [
+        ((2, 5, 3, 3), {"size": 3}),
+        ((1, 3, 2, 2), {"size": 5, "alpha": 0.1}),  # window wider than the channels
+        ((0, 4, 2, 2), {"size": 3}),
+        ((1, 6, 2, 3), {"size": 1, "bias": 2.0}),
+        ((1, 7, 1, 2), {"size": 7, "beta": 0.5}),
+        ((2, 4, 1, 1), {"size": 3, "alpha": 1.0, "beta": 1.0}),
+        ((1, 2, 3, 3), {"size": 3, "bias": 0.5}),
+        ((1, 8, 2, 2), {"size": 5, "alpha": 0.02, "beta": 0.25}),
+    ]
+    for shape, attrs in common:
+        x = sample_array(shape, _F32, -3.0, 3.0)
+        out.append(Sample((x,), attrs, _ref_lrn, name=f"float32{shape}{attrs}"))
+    for dt in (_F64, _F16):
+        for shape, attrs in common[:3]:
+            x = sample_array(shape, dt, -3.0, 3.0)
+            out.append(Sample((x,), attrs, _ref_lrn, name=f"{dt.name}{shape}{attrs}"))
+    return out
+
+
+register(
+    OpDef(
+        name="LRN",
+        doc="Local response normalization across channels: x / (bias + alpha / size * "
+        "sum of x^2 over the size neighbouring channels) ^ beta.",
+        inputs=(Input("X"),),
+        outputs=("Y",),
+        attrs={
+            "alpha": Attr("float", 1e-4),
+            "beta": Attr("float", 0.75),
+            "bias": Attr("float", 1.0),
+            "size": Attr("int"),
+        },
+        infer=_lrn_infer,
+        kernel=_lrn_kernel,
+        samples=_lrn_samples,
     )
 )
 
@@ -1398,6 +1537,70 @@ register(
 
 
 # -- Attention ------------------------------------------------------------------------------
+#
+# ONNX Attention (opset 23, with the opset-24 ``nonpad_kv_seqlen`` input; the opset-25
+# left/right_window_size attributes are not taken). The 3-D form (batch, sequence,
+# heads * head_size) is split into heads by q_num_heads / kv_num_heads. ``past_key`` and
+# ``past_value`` are concatenated before K/V along the sequence axis (``present_key`` and
+# ``present_value``). The additive bias combines attn_mask (a
+# mask whose last axis is shorter than the total sequence is padded with "masked") and the
+# causal frontier ``j <= i + offset``, where offset is the past length, or
+# ``nonpad_kv_seqlen[b] - q_sequence_length`` for an external cache, else 0; keys at or beyond
+# ``nonpad_kv_seqlen[b]`` are masked. A query row whose bias masks every key gives zeros.
+#
+# Outputs: Y alone for the plain form; with past_key, also present_key and present_value; and
+# with ``qk_matmul_output_mode`` given (even 0; absent means the node does not produce it),
+# all four, qk_matmul_output last. kiln's importer sets the mode when an ONNX node asks for that
+# output, so a model's outputs map one to one.
+
+_SOFTMAX_PRECISION = {0: None, 1: _F32, 10: _F16, 11: _F64, 16: dtypes.bfloat16}
+
+
+def _attention_heads(
+    op: str, q: TensorType, k: TensorType, v: TensorType, attrs: Mapping[str, Any]
+):  # type: ignore[no-untyped-def]
+    """(batch, q_heads, kv_heads, q_len, kv_len, head_size, v_head_size) of Q, K, V."""
+    q_heads_attr, kv_heads_attr = attrs["q_num_heads"], attrs["kv_num_heads"]
+    if q.ndim == 4:
+        batch, q_heads, q_len, head = q.shape
+        _check_dim(op, "K", "batch size", k.shape[0], batch)
+        _check_dim(op, "V", "batch size", v.shape[0], batch)
+        _check_dim(op, "K", "head size", k.shape[3], head)
+        _check_dim(op, "V", "heads", v.shape[1], k.shape[1])
+        _check_dim(op, "V", "sequence length", v.shape[2], k.shape[2])
+        for name, given, found in (
+            ("q_num_heads", q_heads_attr, q_heads),
+            ("kv_num_heads", kv_heads_attr, k.shape[1]),
+        ):
+            if given and isinstance(found, int) and given != found:
+                raise OpArgumentError(
+                    f"{op}: attribute {name!r} is {given}, but the 4-D input has {found} heads"
+                )
+        return batch, q_heads, k.shape[1], q_len, k.shape[2], head, v.shape[3]
+    if q_heads_attr <= 0 or kv_heads_attr <= 0:
+        raise OpArgumentError(
+            f"{op}: the 3-D form (batch, sequence, hidden) needs attributes q_num_heads and "
+            f"kv_num_heads > 0; got q_num_heads={q_heads_attr}, kv_num_heads={kv_heads_attr}"
+        )
+    batch, q_len, q_hidden = q.shape
+    _check_dim(op, "K", "batch size", k.shape[0], batch)
+    _check_dim(op, "V", "batch size", v.shape[0], batch)
+    _check_dim(op, "V", "sequence length", v.shape[1], k.shape[1])
+    sizes = []
+    for name, t, heads in (
+        ("Q", q, q_heads_attr),
+        ("K", k, kv_heads_attr),
+        ("V", v, kv_heads_attr),
+    ):
+        hidden = t.shape[2]
+        if isinstance(hidden, int) and hidden % heads:
+            raise OpArgumentError(
+                f"{op}: input {name!r} has hidden size {hidden}; expected a multiple of its "
+                f"{heads} heads"
+            )
+        sizes.append(floordiv(hidden, heads))
+    _check_dim(op, "K", "head size", sizes[1], sizes[0])
+    return batch, q_heads_attr, kv_heads_attr, q_len, k.shape[1], sizes[0], sizes[2]
 
 
 def _attention_infer(
@@ -1407,53 +1610,134 @@ def _attention_infer(
     q = require(op, "Q", types[0])
     k = require(op, "K", types[1])
     v = require(op, "V", types[2])
-    mask = types[3] if len(types) > 3 else None
-    for name, t in (("past_key", 4), ("past_value", 5)):
-        if len(types) > t and types[t] is not None:
-            raise OpArgumentError(
-                f"{op}: input {name!r} (a key/value cache) is not supported; expected it "
-                "omitted (concatenate the cache onto K and V first)"
-            )
+    extra = list(types[3:]) + [None] * (7 - len(types))
+    mask, past_key, past_value, nonpad = extra[0], extra[1], extra[2], extra[3]
     require_dtype(op, "Q", q, FLOATS)
     require_same_dtype(op, (q, k, v), ("Q", "K", "V"))
     for name, t in (("Q", q), ("K", k), ("V", v)):
-        if t.ndim != 4:
+        if t.ndim not in (3, 4) or t.ndim != q.ndim:
             raise OpArgumentError(
-                f"{op}: input {name!r} must be 4-D (batch, heads, sequence, head_size), got "
-                f"rank {t.ndim} (shape {format_shape(t.shape)}); the 3-D form is not supported "
-                "(kiln.nn.scaled_dot_product_attention adds the heads axis for you)"
+                f"{op}: input {name!r} must be 4-D (batch, heads, sequence, head_size) or 3-D "
+                f"(batch, sequence, hidden) like Q, got rank {t.ndim} (shape "
+                f"{format_shape(t.shape)})"
             )
-    batch, q_heads, q_len, head = q.shape
-    _check_dim(op, "K", "batch size", k.shape[0], batch)
-    _check_dim(op, "V", "batch size", v.shape[0], batch)
-    _check_dim(op, "K", "head size", k.shape[3], head)
-    _check_dim(op, "V", "heads", v.shape[1], k.shape[1])
-    _check_dim(op, "V", "sequence length", v.shape[2], k.shape[2])
-    kv_heads = k.shape[1]
+    batch, q_heads, kv_heads, q_len, kv_len, head, v_head = _attention_heads(op, q, k, v, attrs)
     if isinstance(q_heads, int) and isinstance(kv_heads, int) and q_heads % kv_heads:
         raise OpArgumentError(
             f"{op}: input 'K' has {kv_heads} heads; expected a divisor of Q's {q_heads} heads"
         )
-    if attrs["qk_matmul_output_mode"] != 0:
+    if (past_key is None) != (past_value is None):
         raise OpArgumentError(
-            f"{op}: attribute 'qk_matmul_output_mode' is {attrs['qk_matmul_output_mode']}; "
-            "expected 0 (only the output Y is computed)"
+            f"{op}: inputs 'past_key' and 'past_value' must be given together; got only "
+            f"{'past_key' if past_value is None else 'past_value'}"
+        )
+    total = kv_len
+    if past_key is not None and past_value is not None:
+        if nonpad is not None:
+            raise OpArgumentError(
+                f"{op}: input 'nonpad_kv_seqlen' (an external cache) cannot be combined with "
+                "'past_key'/'past_value' (a cache updated by the operator)"
+            )
+        require_same_dtype(op, (q, past_key, past_value), ("Q", "past_key", "past_value"))
+        for name, t, size in (("past_key", past_key, head), ("past_value", past_value, v_head)):
+            if t.ndim != 4:
+                raise _rank_error(op, name, t, "4-D (batch, kv_heads, past_sequence, head_size)")
+            _check_dim(op, name, "batch size", t.shape[0], batch)
+            _check_dim(op, name, "heads", t.shape[1], kv_heads)
+            _check_dim(op, name, "head size", t.shape[3], size)
+        _check_dim(op, "past_value", "sequence length", past_value.shape[2], past_key.shape[2])
+        total = past_key.shape[2] + kv_len
+    if nonpad is not None:
+        require_dtype(op, "nonpad_kv_seqlen", nonpad, frozenset({dtypes.int64}))
+        if nonpad.ndim != 1:
+            raise _rank_error(op, "nonpad_kv_seqlen", nonpad, "1-D (batch,)")
+        _check_dim(op, "nonpad_kv_seqlen", "length", nonpad.shape[0], batch)
+    mode = attrs["qk_matmul_output_mode"]
+    if mode is not None and mode not in (0, 1, 2, 3):
+        raise OpArgumentError(
+            f"{op}: attribute 'qk_matmul_output_mode' is {mode}; expected 0, 1, 2 or 3"
         )
     if attrs["softcap"] < 0:
         raise OpArgumentError(f"{op}: attribute 'softcap' is {attrs['softcap']}; expected >= 0")
+    if attrs["softmax_precision"] not in _SOFTMAX_PRECISION:
+        raise OpArgumentError(
+            f"{op}: attribute 'softmax_precision' is {attrs['softmax_precision']}; expected one "
+            "of 1 (float), 10 (float16), 11 (double), 16 (bfloat16)"
+        )
+    target = (batch, q_heads, q_len, total)
     if mask is not None:
         if mask.dtype != dtypes.bool_ and mask.dtype != q.dtype:
             raise OpTypeError(
                 f"{op}: input 'attn_mask' has dtype {mask.dtype}; expected bool or {q.dtype} "
                 "(the dtype of Q)"
             )
-        target = (batch, q_heads, q_len, k.shape[2])
-        if not _broadcasts_to(mask.shape, target):
+        # the last axis may be shorter than the total sequence (it is padded as masked)
+        last = mask.shape[-1] if mask.ndim else 1
+        short = isinstance(last, int) and isinstance(total, int) and 1 < last < total
+        checked = (*mask.shape[:-1], total) if short else mask.shape
+        if mask.ndim == 0 or not _broadcasts_to(checked, target):
             raise OpArgumentError(
                 f"{op}: input 'attn_mask' has shape {format_shape(mask.shape)}; expected a shape "
                 f"that broadcasts to {format_shape(target)}"
             )
-    return [TensorType(q.dtype, (batch, q_heads, q_len, v.shape[3]))]
+    dt = q.dtype
+    if q.ndim == 4:
+        y = TensorType(dt, (batch, q_heads, q_len, v_head))
+    else:
+        y = TensorType(dt, (batch, q_len, q_heads * v_head))
+    out = [y]
+    if past_key is not None or mode is not None:
+        out += [
+            TensorType(dt, (batch, kv_heads, total, head)),
+            TensorType(dt, (batch, kv_heads, total, v_head)),
+        ]
+    if mode is not None:
+        out.append(TensorType(dt, target))
+    return out
+
+
+def _split_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """(batch, sequence, heads * size) -> (batch, heads, sequence, size)."""
+    b, s, hidden = x.shape
+    return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+
+def _attention_bias(
+    q_len: int,
+    total: int,
+    dtype: np.dtype,
+    attn_mask: np.ndarray | None,
+    offset: int | np.ndarray,
+    nonpad: np.ndarray | None,
+    *,
+    is_causal: int,
+) -> np.ndarray:
+    """The additive bias (0 or -inf, plus a float mask), broadcastable to (B, H, Sq, total)."""
+    bias = np.zeros((q_len, total), dtype)
+    if attn_mask is not None:
+        short = total - attn_mask.shape[-1]
+        if short > 0 and attn_mask.shape[-1] != 1:
+            fill = False if attn_mask.dtype == np.bool_ else -np.inf
+            widths = [(0, 0)] * (attn_mask.ndim - 1) + [(0, short)]
+            attn_mask = np.pad(attn_mask, widths, constant_values=fill)
+        if attn_mask.dtype == np.bool_:
+            bias = bias + np.where(attn_mask, dtype.type(0), dtype.type(-np.inf))
+        else:
+            bias = bias + attn_mask.astype(dtype)
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(total).reshape(1, total)
+    if np.ndim(offset):  # per batch (external cache): (B, 1, 1, 1) against (Sq, total)
+        pos = i + np.reshape(offset, (-1, 1, 1, 1))
+    else:
+        pos = i + int(offset)
+    allowed = np.ones(np.broadcast_shapes(np.shape(pos), j.shape), np.bool_)
+    if is_causal:
+        allowed &= j <= pos
+    if nonpad is not None:
+        allowed = allowed & (j < nonpad.reshape(-1, 1, 1, 1))
+    if not allowed.all():
+        bias = bias + np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+    return bias
 
 
 def _attention_kernel(
@@ -1463,68 +1747,147 @@ def _attention_kernel(
     attn_mask: np.ndarray | None = None,
     past_key: np.ndarray | None = None,
     past_value: np.ndarray | None = None,
+    nonpad_kv_seqlen: np.ndarray | None = None,
     *,
     is_causal: int = 0,
     kv_num_heads: int = 0,
     q_num_heads: int = 0,
-    qk_matmul_output_mode: int = 0,
+    qk_matmul_output_mode: int | None = None,
     scale: float | None = None,
     softcap: float = 0.0,
     softmax_precision: int = 0,
-) -> np.ndarray:
-    qw, kw, vw = _floats(q, k, v)
-    if k.shape[1] != q.shape[1]:  # grouped-query attention: each K/V head serves a group
-        reps = q.shape[1] // k.shape[1]
-        kw, vw = np.repeat(kw, reps, axis=1), np.repeat(vw, reps, axis=1)
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    dtype = q.dtype
+    three_d = q.ndim == 3
+    if three_d:
+        q, k, v = (
+            _split_heads(q, q_num_heads),
+            _split_heads(k, kv_num_heads),
+            _split_heads(v, kv_num_heads),
+        )
+    if past_key is not None and past_value is not None:
+        present_key = np.concatenate((past_key, k), axis=2)
+        present_value = np.concatenate((past_value, v), axis=2)
+        offset: int | np.ndarray = past_key.shape[2]
+    else:
+        present_key, present_value = k, v
+        offset = 0
+    q_len, total = q.shape[2], present_key.shape[2]
+    if nonpad_kv_seqlen is not None and past_key is None:
+        offset = nonpad_kv_seqlen.astype(np.int64) - q_len
     factor = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
-    scores = (qw * qw.dtype.type(factor)) @ kw.swapaxes(-1, -2)
-    if softcap > 0:  # before the mask, so masked scores stay -inf
-        scores = softcap * np.tanh(scores / softcap)
-    if attn_mask is not None:
-        if attn_mask.dtype == np.bool_:
-            scores = np.where(attn_mask, scores, -np.inf)
-        else:
-            scores = scores + attn_mask.astype(scores.dtype, copy=False)
-    if is_causal:
-        allowed = np.tri(q.shape[2], k.shape[2], dtype=np.bool_)  # query i sees keys j <= i
-        scores = np.where(allowed, scores, -np.inf)
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores)
-    weights /= weights.sum(axis=-1, keepdims=True)
-    return (weights @ vw).astype(q.dtype, copy=False)
+    # half precision computes in float32 and rounds once, as the other kernels here
+    qw, kw, vw = _floats(q, present_key, present_value)
+    qw = qw * qw.dtype.type(factor)
+    if kw.shape[1] != qw.shape[1]:  # grouped-query attention: each K/V head serves a group
+        reps = qw.shape[1] // kw.shape[1]
+        kw, vw = np.repeat(kw, reps, axis=1), np.repeat(vw, reps, axis=1)
+    raw = qw @ kw.swapaxes(-1, -2)
+    capped = softcap * np.tanh(raw / softcap) if softcap > 0 else raw  # before the bias
+    bias = _attention_bias(
+        q_len,
+        total,
+        raw.dtype,
+        attn_mask,
+        offset,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+    )
+    scores = capped + bias
+    precision = _SOFTMAX_PRECISION[softmax_precision]
+    work = scores.astype(precision) if precision is not None else scores
+    top = work.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0)
+    e = np.exp(work - top)
+    sums = e.sum(axis=-1, keepdims=True)
+    weights = e / np.where(sums == 0, 1, sums)
+    # a row whose bias masks every key attends nothing: zeros, not NaN (decided on the bias,
+    # so a NaN or infinite score cannot leak into it)
+    if bias.size and total:
+        empty = np.isneginf(bias.max(axis=-1, keepdims=True))
+        weights = np.where(empty, weights.dtype.type(0), weights)
+    y = weights.astype(vw.dtype, copy=False) @ vw  # softmax_precision may differ from vw
+    if three_d:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+    y = y.astype(dtype, copy=False)
+    if qk_matmul_output_mode is None:
+        return (y, present_key, present_value) if past_key is not None else y
+    qk = {0: raw, 1: capped, 2: scores, 3: weights}[qk_matmul_output_mode]
+    qk = np.broadcast_to(qk, y.shape[:1] + (qw.shape[1], q_len, total)).astype(dtype)
+    return y, present_key, present_value, qk
 
 
-def _ref_attention(q, k, v, attn_mask=None, *_, is_causal, scale, softcap, **__):  # type: ignore[no-untyped-def]
-    """Per (batch, head, query) in float64: softmax of q.k / sqrt(d) over the allowed keys."""
+def _ref_attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad=None, **attrs):  # type: ignore[no-untyped-def]
+    """Per (batch, head, query) in float64 with Python loops: the allowed keys, their scores,
+    the softmax and the weighted sum, following the operator's definition directly."""
+    is_causal, scale, softcap = (
+        attrs.get("is_causal", 0),
+        attrs.get("scale"),
+        attrs.get("softcap", 0.0),
+    )
+    mode = attrs.get("qk_matmul_output_mode")
+    three_d = q.ndim == 3
+    if three_d:
+        hq, hk = attrs["q_num_heads"], attrs["kv_num_heads"]
+        q = q.reshape(q.shape[0], q.shape[1], hq, -1).transpose(0, 2, 1, 3)
+        k = k.reshape(k.shape[0], k.shape[1], hk, -1).transpose(0, 2, 1, 3)
+        v = v.reshape(v.shape[0], v.shape[1], hk, -1).transpose(0, 2, 1, 3)
+    past = 0 if past_key is None else past_key.shape[2]
+    if past_key is not None:
+        k = np.concatenate([past_key, k], axis=2)
+        v = np.concatenate([past_value, v], axis=2)
     batch, heads, q_len, head = q.shape
-    kv_len, group = k.shape[2], heads // k.shape[1]
+    total, group = k.shape[2], heads // k.shape[1]
     factor = 1.0 / math.sqrt(head) if scale is None else scale
-    mask = None
-    if attn_mask is not None:
-        mask = np.broadcast_to(attn_mask, (batch, heads, q_len, kv_len))
     y = np.zeros((batch, heads, q_len, v.shape[3]))
+    qk = np.zeros((batch, heads, q_len, total))
     for b, h, i in product(range(batch), range(heads), range(q_len)):
-        logits = []
-        for j in range(kv_len):
+        offset = past if nonpad is None else int(nonpad[b]) - q_len
+        pos = i + offset
+        logits, biases, raws, caps = [], [], [], []
+        for j in range(total):
             s = factor * sum(
                 float(q[b, h, i, t]) * float(k[b, h // group, j, t]) for t in range(head)
             )
+            raws.append(s)
             if softcap:
                 s = softcap * math.tanh(s / softcap)
-            if mask is not None:
-                if mask.dtype == np.bool_:
-                    s = s if mask[b, h, i, j] else -math.inf
+            caps.append(s)
+            bias = 0.0
+            if attn_mask is not None:
+                m = attn_mask
+                while m.ndim < 4:
+                    m = m[None]
+                jj = j if m.shape[3] > 1 else 0
+                if jj >= m.shape[3]:
+                    bias = -math.inf
                 else:
-                    s += float(mask[b, h, i, j])
-            if is_causal and j > i:
-                s = -math.inf
-            logits.append(s)
-        top = max(logits)
-        e = [math.exp(s - top) for s in logits]
-        total = math.fsum(e)
-        for j in range(kv_len):
-            y[b, h, i] += e[j] / total * v[b, h // group, j].astype(np.float64)
-    return y.astype(q.dtype)
+                    cell = m[b % m.shape[0], h % m.shape[1], i % m.shape[2], jj]
+                    if m.dtype == np.bool_:
+                        bias = 0.0 if cell else -math.inf
+                    else:
+                        bias = float(cell)
+            if is_causal and j > pos:
+                bias = -math.inf
+            if nonpad is not None and j >= int(nonpad[b]):
+                bias = -math.inf
+            biases.append(bias)
+            logits.append(s + bias)
+        if all(x == -math.inf for x in biases) or total == 0:
+            weights = [0.0] * total
+        else:
+            top = max(logits)
+            e = [math.exp(s - top) for s in logits]
+            weights = [x / math.fsum(e) for x in e]
+        for j in range(total):
+            y[b, h, i] += weights[j] * v[b, h // group, j].astype(np.float64)
+        qk[b, h, i] = {None: raws, 0: raws, 1: caps, 2: logits, 3: weights}[mode]
+    if three_d:
+        y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
+    y = y.astype(q.dtype)
+    if mode is None:
+        return (y, k, v) if past_key is not None else y
+    return y, k, v, qk.astype(q.dtype)
 
 
 def _attention_samples() -> list[Sample]:
@@ -1540,7 +1903,7 @@ def _attention_samples() -> list[Sample]:
     ]
     for dt in _SAMPLE_DTYPES:
         for qs, ks, dv, attrs, mask_kind in cases if dt != _F16 else cases[:2]:
-            inputs: tuple[np.ndarray, ...] = (
+            inputs: tuple[np.ndarray | None, ...] = (
                 sample_array(qs, dt),
                 sample_array(ks, dt),
                 sample_array((*ks[:3], dv), dt),
@@ -1552,15 +1915,68 @@ def _attention_samples() -> list[Sample]:
             elif mask_kind == "float":
                 inputs += (sample_array((qs[2], ks[2]), dt, -2.0, 0.0),)
             out.append(Sample(inputs, attrs, _ref_attention, name=f"{dt.name}{qs}{ks}{attrs}"))
+    f32 = _F32
+    # 3-D form, grouped-query, with a key/value cache (present outputs) and a causal offset
+    q3, k3, v3 = (
+        sample_array((2, 3, 12), f32),
+        sample_array((2, 3, 6), f32),
+        sample_array((2, 3, 4), f32),
+    )
+    pk, pv = sample_array((2, 2, 2, 3), f32), sample_array((2, 2, 2, 2), f32)
+    heads3 = {"q_num_heads": 4, "kv_num_heads": 2}
+    out.append(Sample((q3, k3, v3), heads3, _ref_attention, name="3d-gqa"))
+    out.append(
+        Sample(
+            (q3, k3, v3, None, pk, pv),
+            {**heads3, "is_causal": 1},
+            _ref_attention,
+            name="3d-past-causal",
+        )
+    )
+    q4, k4, v4 = (
+        sample_array((1, 2, 3, 4), f32),
+        sample_array((1, 2, 2, 4), f32),
+        sample_array((1, 2, 2, 4), f32),
+    )
+    pk4, pv4 = sample_array((1, 2, 3, 4), f32), sample_array((1, 2, 3, 4), f32)
+    # (a mask shorter than the 5 keys, padded as masked, is in tests/ops/test_nn.py:
+    # onnxruntime rejects that form)
+    short = sample_array((3, 5), dtypes.bool_)
+    short[:, 0] = True
+    # mode 2 (scores plus bias, -inf where masked) is left to the ONNX conformance cases:
+    # onnxruntime writes the lowest float there instead of -inf
+    for mode in (0, 1, 3):
+        attrs4 = {"qk_matmul_output_mode": mode, "softcap": 1.5}
+        out.append(
+            Sample(
+                (q4, k4, v4, short, pk4, pv4), attrs4, _ref_attention, name=f"past-qk-mode{mode}"
+            )
+        )
+    # a fully masked row gives zeros; an external cache (nonpad_kv_seqlen) with a window
+    dead = np.ones((1, 1, 3, 2), np.bool_)
+    dead[0, 0, 1] = False
+    out.append(
+        Sample(
+            (q4, k4, v4, dead),
+            {"qk_matmul_output_mode": 3},
+            _ref_attention,
+            name="fully-masked-row",
+        )
+    )
+    # nonpad_kv_seqlen (opset 24) is covered by tests/ops/test_nn.py: the samples also feed
+    # the ONNX export and engine tests, which write opset 23
     return out
 
 
 register(
     OpDef(
         name="Attention",
-        doc="Scaled dot-product attention softmax(Q K^T * scale + mask) V over 4-D Q/K/V "
-        "(batch, heads, sequence, head_size); K/V may have fewer heads (grouped-query). A bool "
-        "attn_mask is True where a query may attend; a float one is added to the scores.",
+        doc="Scaled dot-product attention softmax(Q K^T * scale + bias) V over 4-D Q/K/V "
+        "(batch, heads, sequence, head_size) or 3-D (batch, sequence, hidden) with "
+        "q_num_heads/kv_num_heads; K/V may have fewer heads (grouped-query). A bool attn_mask "
+        "is True where a query may attend; a float one is added to the scores. past_key/"
+        "past_value are prepended to K/V (outputs present_key/present_value); "
+        "qk_matmul_output_mode, when given, adds the qk_matmul_output output.",
         inputs=(
             Input("Q"),
             Input("K"),
@@ -1568,16 +1984,24 @@ register(
             Input("attn_mask", optional=True),
             Input("past_key", optional=True),
             Input("past_value", optional=True),
+            Input("nonpad_kv_seqlen", optional=True, doc="int64 (batch,): valid keys (opset 24)"),
         ),
-        outputs=("Y",),
+        outputs=("Y", "present_key", "present_value", "qk_matmul_output"),
         attrs={
-            "is_causal": Attr("int", 0, "1: query i attends keys j <= i (top-left aligned)"),
+            "is_causal": Attr(
+                "int", 0, "1: query i attends keys j <= i + offset (offset: the past length)"
+            ),
             "kv_num_heads": Attr("int", 0, "only for the 3-D form"),
             "q_num_heads": Attr("int", 0, "only for the 3-D form"),
-            "qk_matmul_output_mode": Attr("int", 0),
+            "qk_matmul_output_mode": Attr(
+                "int",
+                None,
+                "None: no qk_matmul_output; 0 raw Q K^T, 1 after softcap, 2 plus the bias, "
+                "3 the softmax",
+            ),
             "scale": Attr("float", None, "None means 1/sqrt(head_size)"),
             "softcap": Attr("float", 0.0, "> 0: scores become softcap * tanh(scores / softcap)"),
-            "softmax_precision": Attr("int", 0),
+            "softmax_precision": Attr("int", 0, "0: the input dtype; else an ONNX dtype code"),
         },
         infer=_attention_infer,
         kernel=_attention_kernel,

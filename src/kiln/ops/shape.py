@@ -1808,8 +1808,10 @@ def _range_kernel(
 def _range_samples() -> list[Sample]:
     def ref(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, **_: Any) -> np.ndarray:
         values = []
-        s, lim, d = (float(a) if a.dtype.kind == "f" or a.dtype in _HALF_DTYPES else int(a)
-                     for a in (start, limit, delta))
+        s, lim, d = (
+            float(a) if a.dtype.kind == "f" or a.dtype in _HALF_DTYPES else int(a)
+            for a in (start, limit, delta)
+        )
         v = s
         i = 0
         while (d > 0 and v < lim) or (d < 0 and v > lim):
@@ -1828,7 +1830,9 @@ def _range_samples() -> list[Sample]:
         (dtypes.int64, (5, 0, 1)),
         (dtypes.float32, (0.5, 2.0, 0.25)),
         (dtypes.float64, (1.0, -1.0, -0.5)),
-        (dtypes.float16, (1.0, 4.0, 0.5)),
+        (dtypes.int32, (-3, 4, 2)),
+        (dtypes.float32, (0.0, 1.0, 0.3)),
+        (dtypes.float16, (1.0, 4.0, 0.5)),  # Range-27: half precision
         (dtypes.bfloat16, (8.0, 2.0, -1.5)),
     ):
         args = tuple(np.array(v, dtype=dt) for v in (s, lim, d))
@@ -2050,15 +2054,16 @@ _COORD_MODES = (
     "asymmetric",
 )
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
 
 
 def _resize_check_attrs(attrs: Mapping[str, Any]) -> None:
     op = "Resize"
-    if attrs["mode"] not in ("nearest", "linear"):
+    if attrs["mode"] not in ("nearest", "linear", "cubic"):
         raise OpArgumentError(
-            f"{op}: mode={attrs['mode']!r} is not supported; kiln implements 'nearest' and 'linear'"
+            f"{op}: mode={attrs['mode']!r} is not one of 'nearest', 'linear', 'cubic'"
         )
-    if attrs["coordinate_transformation_mode"] not in _COORD_MODES:
+    if attrs["coordinate_transformation_mode"] not in (*_COORD_MODES, "tf_crop_and_resize"):
         raise OpArgumentError(
             f"{op}: coordinate_transformation_mode={attrs['coordinate_transformation_mode']!r} "
             f"is not one of {_COORD_MODES}"
@@ -2067,17 +2072,38 @@ def _resize_check_attrs(attrs: Mapping[str, Any]) -> None:
         raise OpArgumentError(
             f"{op}: nearest_mode={attrs['nearest_mode']!r} is not one of {_NEAREST_MODES}"
         )
-    if attrs["antialias"] or attrs["keep_aspect_ratio_policy"] != "stretch":
+    if attrs["keep_aspect_ratio_policy"] not in _ASPECT_POLICIES:
         raise OpArgumentError(
-            f"{op}: antialias=1 and keep_aspect_ratio_policy other than 'stretch' are not supported"
+            f"{op}: keep_aspect_ratio_policy={attrs['keep_aspect_ratio_policy']!r} is not one "
+            f"of {_ASPECT_POLICIES}"
         )
+
+
+def _keep_aspect(
+    shape: Sequence[Dim], axes: Sequence[int], sizes: Sequence[Dim], policy: str
+) -> tuple[list[Dim], float] | None:
+    """Output sizes and the one shared scale under keep_aspect_ratio_policy (None: stretch, or
+    sizes that are not all static)."""
+    if policy == "stretch":
+        return None
+    dims = [shape[a] for a in axes]
+    if not all(isinstance(d, int) for d in (*dims, *sizes)):
+        raise OpArgumentError(
+            f"Resize: keep_aspect_ratio_policy={policy!r} needs static input sizes and 'sizes'"
+        )
+    ratios = [int(n) / int(d) if d else 1.0 for n, d in zip(sizes, dims)]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    out = list(shape)
+    for a in axes:
+        out[a] = int(scale * int(shape[a]) + 0.5)  # rounded half up, as ONNX says
+    return out, scale
 
 
 def _resize_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     op = "Resize"
     x = require(op, "X", types[0])
     _resize_check_attrs(attrs)
-    allowed = FLOATS if attrs["mode"] == "linear" else NUMERIC
+    allowed = FLOATS if attrs["mode"] != "nearest" else NUMERIC
     require_dtype(op, "X", x, allowed)
     scales = types[2] if len(types) > 2 else None
     sizes = types[3] if len(types) > 3 else None
@@ -2098,6 +2124,9 @@ def _resize_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
             if isinstance(v, int) and v < 0:
                 raise OpArgumentError(f"{op}: sizes must be >= 0, got {tuple(values)}")
             shape[a] = v
+        kept = _keep_aspect(x.shape, axes, values, attrs["keep_aspect_ratio_policy"])
+        if kept is not None:
+            shape = kept[0]
         return [TensorType(x.dtype, tuple(shape))]
     assert scales is not None
     require_dtype(op, "scales", scales, FLOATS)
@@ -2140,7 +2169,9 @@ def _original_coords(x: np.ndarray, n_in: int, n_out: int, scale: float, mode: s
     if mode == "asymmetric":
         return x / scale
     if mode == "align_corners":
-        return x * 0.0 if n_out == 1 else x * (n_in - 1) / (n_out - 1)
+        # the output length is n_in * scale before flooring (equal to n_out for 'sizes')
+        width = n_in * scale
+        return x * 0.0 if n_out == 1 or width == 1 else x * (n_in - 1) / (width - 1)
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if n_out > 1 else x * 0.0
     if mode == "half_pixel_symmetric":
@@ -2169,6 +2200,14 @@ def _resize_kernel(
     sizes: np.ndarray | None = None,
     **attrs: Any,
 ) -> np.ndarray:
+    general = (
+        attrs["mode"] == "cubic"
+        or attrs["antialias"]
+        or attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+        or attrs["keep_aspect_ratio_policy"] != "stretch"
+    )
+    if general:
+        return _resize_separable(x, roi, scales, sizes, **attrs)
     out_shape, scale = _resize_plan(x.shape, scales, sizes, attrs["axes"])
     linear = attrs["mode"] == "linear"
     y = x.astype(np.float64) if linear else x
@@ -2191,6 +2230,117 @@ def _resize_kernel(
         hi = np.minimum(lo + 1, n_in - 1)
         w = (c - lo).reshape([-1 if i == a else 1 for i in range(x.ndim)])
         y = np.take(y, lo, axis=a) * (1 - w) + np.take(y, hi, axis=a) * w
+    return y.astype(x.dtype)
+
+
+def _cubic_weight(d: np.ndarray, a: float) -> np.ndarray:
+    """The cubic convolution kernel (Keys) with coefficient ``a`` at distances ``d``."""
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _axis_taps(
+    n_in: int, n_out: int, scale: float, roi: tuple[float, float] | None, attrs: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Source indices and weights (n_out, taps) along one axis, and which outputs fall outside
+    the input (tf_crop_and_resize only)."""
+    ctm = attrs["coordinate_transformation_mode"]
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in  # the output length before flooring
+    outside = None
+    if ctm == "tf_crop_and_resize":
+        start, end = roi if roi is not None else (0.0, 1.0)
+        if n_out == 1:
+            c = np.full(n_out, (end - start) * (n_in - 1) / 2)
+        else:
+            c = y * (end - start) * (n_in - 1) / (width - 1)
+        c = c + start * (n_in - 1)
+        outside = (c < 0) | (c > n_in - 1)
+    elif ctm == "pytorch_half_pixel" and width == 1:
+        c = np.full(n_out, -0.5)
+    elif ctm == "half_pixel_symmetric":
+        c = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
+    else:
+        c = _original_coords(y, n_in, n_out, scale, ctm)
+    mode = attrs["mode"]
+    if mode == "nearest":
+        idx = np.clip(_nearest_index(c, attrs["nearest_mode"]), 0, n_in - 1)
+        return idx[:, None], np.ones((n_out, 1)), outside
+    support = 1.0 if mode == "linear" else 2.0
+    stretch = min(scale, 1.0) if attrs["antialias"] else 1.0  # antialias widens the filter
+    first = math.floor(-support / stretch) + 1
+    offsets = np.arange(first, 1 - first + 1)  # 2 - 2 * first taps
+    base = np.floor(c)
+    ratio = c - base
+    exact = ratio == 0  # an exact hit takes the left neighbourhood (ratio 1), as ONNX does
+    base, ratio = np.where(exact, base - 1, base), np.where(exact, 1.0, ratio)
+    dist = (offsets[None, :] - ratio[:, None]) * stretch
+    if mode == "linear":
+        weights = np.clip(1 - np.abs(dist), 0, 1)
+    else:
+        weights = _cubic_weight(dist, attrs["cubic_coeff_a"])
+    idx = base[:, None].astype(np.int64) + offsets[None, :]
+    if attrs["exclude_outside"]:
+        weights = np.where((idx < 0) | (idx >= n_in), 0.0, weights)
+    if attrs["antialias"] or attrs["exclude_outside"]:
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, n_in - 1), weights, outside
+
+
+def _resize_separable(
+    x: np.ndarray,
+    roi: np.ndarray | None,
+    scales: np.ndarray | None,
+    sizes: np.ndarray | None,
+    **attrs: Any,
+) -> np.ndarray:
+    """Resize one axis at a time with explicit taps: cubic, antialias, tf_crop_and_resize and
+    keep_aspect_ratio_policy (nearest and linear without them take the plain path)."""
+    rank = x.ndim
+    axes = list(range(rank)) if attrs["axes"] is None else [a % rank for a in attrs["axes"]]
+    out_shape, scale = _resize_plan(x.shape, scales, sizes, attrs["axes"])
+    if sizes is not None and not (scales is not None and scales.size):
+        kept = _keep_aspect(
+            x.shape, axes, [int(n) for n in sizes], attrs["keep_aspect_ratio_policy"]
+        )
+        if kept is not None:
+            out_shape = [int(d) for d in kept[0]]
+            scale = [kept[1] if a in axes else 1.0 for a in range(rank)]
+    y = x.astype(np.float64)
+    tf_crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    for i, a in enumerate(axes):
+        n_in, n_out = x.shape[a], out_shape[a]
+        box = None
+        if roi is not None and roi.size:
+            r = roi.astype(np.float64).reshape(-1)
+            box = (
+                (float(r[i]), float(r[i + len(axes)]))
+                if r.size == 2 * len(axes)
+                else (
+                    float(r[a]),
+                    float(r[a + rank]),
+                )
+            )
+        plain = box is None or box == (0.0, 1.0)
+        if n_in == n_out and scale[a] == 1.0 and (not tf_crop or plain):
+            continue
+        if n_out == 0 or n_in == 0:
+            shape = list(y.shape)
+            shape[a] = n_out
+            y = np.zeros(shape)
+            continue
+        idx, weights, outside = _axis_taps(n_in, n_out, scale[a], box, attrs)
+        gathered = np.take(y, idx, axis=a)  # axis a becomes (n_out, taps)
+        w = weights.reshape((1,) * a + weights.shape + (1,) * (rank - a - 1))
+        y = (gathered * w).sum(axis=a + 1)
+        if outside is not None and outside.any():
+            where = outside.reshape((1,) * a + (n_out,) + (1,) * (rank - a - 1))
+            y = np.where(where, attrs["extrapolation_value"], y)
+    if not dtypes.is_floating(x.dtype):
+        y = np.round(y)
     return y.astype(x.dtype)
 
 
