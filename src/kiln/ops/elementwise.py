@@ -356,10 +356,22 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    one = x.dtype.type(1)
     if approximate == "tanh":
-        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
-        return 0.5 * x * (1 + np.tanh(inner))
-    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), with x**3 as x*x*x (NumPy's
+        # power is ~20x slower) and the temporaries reused in place.
+        inner = np.multiply(x, x, out=np.empty_like(x))  # an array even for 0-d x
+        inner *= x
+        inner *= x.dtype.type(0.044715)
+        inner += x
+        inner *= x.dtype.type(math.sqrt(2 / math.pi))
+        np.tanh(inner, out=inner)
+    else:
+        inner = np.array(erf(x / x.dtype.type(math.sqrt(2))), dtype=x.dtype)
+    inner += one
+    inner *= x
+    inner *= x.dtype.type(0.5)
+    return inner
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -789,7 +801,7 @@ def _gelu_reference(v: float, approximate: str) -> float:
 unary(
     "Gelu",
     "x * Phi(x), Phi the standard normal CDF; approximate='tanh' uses the tanh formula.",
-    _in_float(_gelu, np.float64),
+    _in_float(_gelu),
     FLOATS,
     attrs={"approximate": Attr("str", "none")},
     check=_check_gelu,
