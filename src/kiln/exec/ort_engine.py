@@ -140,9 +140,10 @@ class OrtPlan:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
-        # No busy-waiting between runs: a library's idle threads must not take the cores
-        # from the NumPy, jax or user code that runs next.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # onnxruntime's default: its intra-op threads spin briefly between runs. Turning that
+        # off frees the cores sooner for the code that runs next, but costs ~50 us a call on a
+        # small model (W3: 311 vs 260 us on 2 cores), so kiln keeps what ORT users get.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         try:
             self.session = ort.InferenceSession(
                 model.SerializeToString(), options, providers=["CPUExecutionProvider"]
