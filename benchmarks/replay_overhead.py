@@ -35,25 +35,27 @@ def main() -> dict:
     for leaves in (2, 16):
         xs = [np.full(8, i, np.float32) for i in range(leaves)]
         row = {"leaves": leaves}
-        row["numpy_eager_us"] = median_seconds(lambda: target(xs)) * 1e6
+        row["numpy_eager_us"] = median_seconds(lambda xs=xs: target(xs)) * 1e6
         kxs = [kiln.asarray(x) for x in xs]
-        row["kiln_eager_us"] = median_seconds(lambda: target(kxs)) * 1e6
+        row["kiln_eager_us"] = median_seconds(lambda kxs=kxs: target(kxs)) * 1e6
         compiled = kiln.compile(target)
         compiled(xs)
-        row["kiln_compiled_us"] = median_seconds(lambda: compiled(xs)) * 1e6
+        row["kiln_compiled_us"] = median_seconds(lambda f=compiled, xs=xs: f(xs)) * 1e6
         assert compiled.recapture_count == 0 and compiled.state is kiln.State.Compiled
         if jax is not None:
             jitted = jax.jit(lambda ys: [y * 2.0 + 1.0 for y in ys])
             jxs = [jnp.asarray(x) for x in xs]
 
-            def run_jax():
+            def run_jax(jitted=jitted, jxs=jxs):
                 for y in jitted(jxs):
                     y.block_until_ready()
 
             row["jax_jit_us"] = median_seconds(run_jax) * 1e6
         results["rows"].append(row)
-    print(f"{'leaves':>6} {'numpy eager':>12} {'kiln eager':>11} {'kiln compiled':>14} "
-          f"{'jax.jit':>9} {'kiln/jax':>9} {'kiln/numpy':>11}")
+    print(
+        f"{'leaves':>6} {'numpy eager':>12} {'kiln eager':>11} {'kiln compiled':>14} "
+        f"{'jax.jit':>9} {'kiln/jax':>9} {'kiln/numpy':>11}"
+    )
     for row in results["rows"]:
         jax_us = row.get("jax_jit_us")
         ratio_jax = f"{row['kiln_compiled_us'] / jax_us:9.2f}" if jax_us else f"{'-':>9}"

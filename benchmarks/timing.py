@@ -15,7 +15,7 @@ __all__ = ["median_seconds", "machine", "write_json"]
 
 
 def median_seconds(fn: Callable[[], Any], *, min_time: float = 0.2, repeats: int = 7) -> float:
-    """Median seconds per call of ``fn``: calls are batched so each batch takes ~min_time/repeats."""
+    """Median seconds per call of ``fn``; calls are batched so a batch takes ~min_time/repeats."""
     fn()  # warm up
     start = time.perf_counter()
     fn()
