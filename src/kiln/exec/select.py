@@ -31,9 +31,11 @@ __all__ = ["AUTO_MIN_WORK", "work_estimate", "synthetic_inputs", "choose", "OPTI
 # Below this many estimated element operations (about 1 ms of NumPy), the NumPy plan wins or
 # loses by microseconds and measuring costs more than it could save.
 AUTO_MIN_WORK = 1_000_000
-# How long measuring one candidate may take, after its warm-up call.
-MEASURE_SECONDS = 0.05
-MEASURE_MAX_RUNS = 7
+# How long one block of runs of a candidate may take (after its warm-up call), the runs in a
+# block, and the passes over all candidates. Up to ~0.2 s for three engines on a big graph.
+MEASURE_SECONDS = 0.03
+MEASURE_MAX_RUNS = 30
+MEASURE_PASSES = 2
 
 OPTIONAL_ENGINES = ("jax", "onnxruntime")
 
@@ -108,21 +110,23 @@ def synthetic_inputs(graph: ModelGraph, seed: int = 0) -> list[np.ndarray] | Non
 
 
 def _best_seconds(runs: dict[str, Callable[[], Any]]) -> dict[str, float]:
-    """The best time of each candidate over interleaved rounds (one run of every candidate per
-    round), so a burst of load on the machine hits them all alike rather than one."""
-    for run in runs.values():
-        run()  # warm-up: compiles, allocates, fills caches
+    """The best time of each candidate, measured in blocks of consecutive runs (a replay runs
+    one engine over and over, with its thread pool warm; interleaving engines would measure
+    their thread pools fighting instead), in two passes so that a burst of load on the machine
+    does not decide alone."""
     best = dict.fromkeys(runs, math.inf)
-    spent = 0.0
-    for _ in range(MEASURE_MAX_RUNS):
+    for _ in range(MEASURE_PASSES):
         for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            took = time.perf_counter() - start
-            best[name] = min(best[name], took)
-            spent += took
-        if spent > MEASURE_SECONDS * len(runs):
-            break
+            run()  # warm-up: compiles, allocates, wakes the engine's threads
+            spent = 0.0
+            for _ in range(MEASURE_MAX_RUNS):
+                start = time.perf_counter()
+                run()
+                took = time.perf_counter() - start
+                best[name] = min(best[name], took)
+                spent += took
+                if spent > MEASURE_SECONDS:
+                    break
     return best
 
 
