@@ -421,3 +421,15 @@ def test_a_pinned_dynamic_size_is_in_the_history():
     assert len(pinned) == 1 and "MatMul" in pinned[0].message and "axis 1" in pinned[0].message
     assert_close(f(rand(6, 4)), rand(6, 4) @ w)
     assert f.recapture_count == 0
+
+
+def test_warnings_point_at_the_callers_line():
+    f = kiln.compile(lambda x, n: x + n)
+    with pytest.warns(RecaptureWarning) as record:
+        for n in range(10):
+            f(rand(2), n)
+    assert record[0].filename == __file__
+    g = kiln.compile(lambda x: kiln.asarray(np.asarray(x)))
+    with pytest.warns(CaptureWarning) as record:
+        g(rand(2))
+    assert record[0].filename == __file__

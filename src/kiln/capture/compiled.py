@@ -36,7 +36,7 @@ from ..spec import TensorSpec
 from ..symbolic import SymDim
 from ..tensor import Tensor
 from ..tree import flatten_with_paths, path_name, unflatten
-from .source import user_source
+from .source import user_source, user_stacklevel
 from .trace import Tracer, plan_inputs, record
 from .traced import _Outputs, output_leaves
 
@@ -678,7 +678,7 @@ class CompiledFunction:
         self._history.append(
             CaptureEvent(call, "budget", last.path, last.old, last.new, (), message)
         )
-        warnings.warn(message, RecaptureWarning, stacklevel=4)
+        warnings.warn(message, RecaptureWarning, stacklevel=user_stacklevel())
 
     # -- capturing ------------------------------------------------------------------------
 
@@ -729,7 +729,7 @@ class CompiledFunction:
                 self._history.append(CaptureEvent(call, "abandoned", message=message))
                 if message not in self._warned:
                     self._warned.add(message)
-                    warnings.warn(message, CaptureWarning, stacklevel=4)
+                    warnings.warn(message, CaptureWarning, stacklevel=user_stacklevel())
         return result
 
     def _record(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["user_source"]
+__all__ = ["user_source", "user_stacklevel"]
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
@@ -39,3 +39,14 @@ def user_source() -> str:
             return f"{filename}:{frame.f_lineno} ({frame.f_code.co_name})"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes ``warnings.warn``, called by the caller of this function,
+    point at the user's line (the innermost frame outside kiln)."""
+    frame = sys._getframe(1)  # the frame that will call warnings.warn: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_KILN_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
