@@ -42,7 +42,7 @@ from .errors import (
 )
 from .functions import *  # noqa: F403
 from .functions import __all__ as _functions_all
-from .spec import TensorSpec
+from .spec import DynamicAxes, TensorSpec
 from .symbolic import SymDim
 from .tensor import (
     Tensor,
@@ -70,6 +70,7 @@ __all__ = [
     "explain",
     "DType",
     "Device",
+    "DynamicAxes",
     "DeviceUnavailableError",
     "GraphNotFinalizedError",
     "GraphValidationError",

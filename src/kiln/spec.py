@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -19,7 +19,7 @@ SpecDim = Union[int, str, None, SymDim]
 
 # Axes of inputs to make dynamic, by input name or flat index: a list of axes (anonymous sizes) or
 # a mapping from axis to the size's name.
-DynamicAxes = "Mapping[str | int, Sequence[int] | Mapping[int, str]]"
+DynamicAxes = Mapping[Union[str, int], Union[Sequence[int], Mapping[int, str]]]
 
 
 @dataclass(frozen=True)
