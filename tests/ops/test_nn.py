@@ -454,3 +454,15 @@ def test_attention_3d_gqa_matches_4d():
     ]
     (y4,) = run("Attention", *split)
     assert_close(y3, y4.transpose(0, 2, 1, 3).reshape(2, 3, 12))
+
+
+def test_max_pool_ties_pick_the_first_tap_and_nan_propagates() -> None:
+    from kiln.ops.registry import get_op
+
+    op = get_op("MaxPool")
+    x = np.array([[[[1.0, 1.0], [1.0, 1.0]]]], np.float32)
+    y, index = op.kernel(x, **op.bind_attrs({"kernel_shape": (2, 2)}))
+    assert y.tolist() == [[[[1.0]]]] and index.tolist() == [[[[0]]]]
+    x = np.array([[[[1.0, np.nan], [3.0, 2.0]]]], np.float32)
+    y, index = op.kernel(x, **op.bind_attrs({"kernel_shape": (2, 2)}))
+    assert np.isnan(y).all() and index.tolist() == [[[[1]]]]  # as np.max / np.argmax

@@ -1206,25 +1206,44 @@ def _max_pool_kernel(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, np.ndarra
     view = window.windows(x, lowest)
     n = x.ndim - 2
     outs = view.shape[2 : 2 + n]
-    flat = view.reshape(*view.shape[: 2 + n], math.prod(window.kernel))
-    arg = flat.argmax(axis=-1)
-    y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
-    # Indices: the flat position in X (padding not counted) of each window's maximum.
-    taps = np.unravel_index(arg, window.kernel)
+    # One pass per kernel tap over strided views (no im2col copy, no reduction over a tiny
+    # inner axis, both slow in NumPy): keep the running maximum and which tap gave it. A later
+    # tap wins only if strictly greater, or NaN over a number, as argmax picks the first.
+    positions = list(np.ndindex(*window.kernel))
+    y = np.array(view[(..., *positions[0])])
+    arg = np.zeros(y.shape, np.uint8 if len(positions) < 256 else np.int64)
+    floating = x.dtype.kind == "f"
+    for t, tap in enumerate(positions[1:], start=1):
+        v = view[(..., *tap)]
+        better = v > y
+        if floating:
+            better |= np.isnan(v) & ~np.isnan(y)
+        arg = np.where(better, arg.dtype.type(t), arg)
+        np.maximum(y, v, out=y)  # NaN wins here too, as in `better`
+    # Indices: the flat position in X (padding not counted) of each window's maximum. The
+    # position is linear in the output coordinates and the tap, so it is a per-window base
+    # plus a per-tap offset (row-major, or column-major over the spatial axes).
     begins, _ = window.static_pads(x.shape[2:])
-    grid = np.indices(outs, sparse=True)
-    coords = [
-        g * s + t * d - b
-        for g, t, s, d, b in zip(grid, taps, window.strides, window.dilations, begins)
-    ]
-    spatial = x.shape[2:]
-    if attrs["storage_order"] == 1:  # column-major over the spatial axes
-        coords, spatial = coords[::-1], spatial[::-1]
-    index = np.zeros(y.shape, np.int64)
-    for c, size in zip(coords, spatial):
-        index = index * size + c
+    spatial = list(x.shape[2:])
+    order = list(range(n))[::-1] if attrs["storage_order"] == 1 else list(range(n))
+    stride_of = [0] * n  # the flat-index step of one unit along each spatial axis
+    step = 1
+    for axis in reversed(order):
+        stride_of[axis] = step
+        step *= spatial[axis]
+    offsets = np.array(
+        [
+            sum(t * d * stride_of[a] for a, (t, d) in enumerate(zip(tap, window.dilations)))
+            for tap in positions
+        ],
+        np.int64,
+    )
+    base = np.zeros((1, 1) + tuple(1 for _ in outs), np.int64)
+    for a, (o, st, b) in enumerate(zip(outs, window.strides, begins)):
+        coord = (np.arange(o, dtype=np.int64) * st - b) * stride_of[a]
+        base = base + coord.reshape((1, 1) + tuple(o if i == a else 1 for i in range(n)))
     planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * n)
-    return y, index + planes * math.prod(x.shape[2:])
+    return y, offsets[arg] + base + planes * math.prod(x.shape[2:])
 
 
 def _pool_geometry(x, attrs):  # type: ignore[no-untyped-def]
