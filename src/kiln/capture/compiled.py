@@ -37,8 +37,8 @@ from ..symbolic import SymDim
 from ..tensor import Tensor
 from ..tree import flatten_with_paths, path_name, unflatten
 from .source import user_source, user_stacklevel
-from .trace import Tracer, plan_inputs, record
-from .traced import _Outputs, output_leaves
+from .trace import Tracer, TraceRef, plan_inputs, record
+from .traced import _Outputs, output_leaves, same_static
 
 __all__ = ["CompiledFunction", "State", "CaptureEvent", "CacheInfo", "compile", "explain"]
 
@@ -339,20 +339,10 @@ class CompiledFunction:
             return self._eager(args, kwargs)
         if not kwargs and self._flat:
             # The common case, positional arrays only: the key needs no pytree flattening.
-            arrays = []
-            flat: list[Any] = []
-            with_shapes = self._dynamic is False
-            for a in args:
-                cls = type(a)
-                if cls is Tensor:
-                    a = a._data
-                elif cls is not np.ndarray:
-                    break
-                arrays.append(a)
-                flat.append(a.dtype)
-                flat.append(a.shape if with_shapes else a.ndim)
-            else:
-                key = self._flat.get(tuple(flat))
+            flat = _flat_call(args, self._dynamic is False)
+            if flat is not None:
+                arrays, flat_key = flat
+                key = self._flat.get(flat_key)
                 entry = self._entries.get(key) if key is not None else None
                 if entry is not None and entry.run is not None:
                     return self._replay(call, key, entry, arrays, args, kwargs)
@@ -369,14 +359,6 @@ class CompiledFunction:
             for i in entry.tensor_positions
         ]
         return self._replay(call, key, entry, arrays, args, kwargs)
-
-    def _flat_key(self, arrays: list[np.ndarray]) -> Hashable:
-        """The key ``__call__`` builds inline for positional-array calls."""
-        flat: list[Any] = []
-        for a in arrays:
-            flat.append(a.dtype)
-            flat.append(a.shape if self._dynamic is False else a.ndim)
-        return tuple(flat)
 
     def _replay(
         self,
@@ -517,7 +499,7 @@ class CompiledFunction:
             return CaptureEvent(call, "structure", message=f"the input structure changed to {spec}")
         static_paths = [paths[i] for i in range(len(leaves)) if i not in set(positions)]
         for path, old, new in zip(static_paths, previous.static_leaves, statics):
-            if not _same(old, new):
+            if not same_static(old, new):
                 name = _input_path(path, self._target)
                 return CaptureEvent(
                     call,
@@ -707,10 +689,9 @@ class CompiledFunction:
             self._captures += 1
             self._entries[key] = entry
             self._entries.move_to_end(key)
-            if not kwargs:
-                arrays = _flat_arrays(args)
-                if arrays is not None:
-                    self._flat[self._flat_key(arrays)] = key
+            flat = None if kwargs else _flat_call(args, self._dynamic is False)
+            if flat is not None:
+                self._flat[flat[1]] = key
             while len(self._entries) > MAX_ENTRIES:
                 self._entries.popitem(last=False)
             self._current = entry
@@ -787,7 +768,7 @@ class CompiledFunction:
                 )
             names = list(self._output_names)
         guard_tensors = [
-            Tensor._abstract(value.type, _ref(tracer, value)) for value, _, _ in tracer.guards
+            Tensor._abstract(value.type, TraceRef(tracer, value)) for value, _, _ in tracer.guards
         ]
         guard_names = [f"guard.{i}" for i in range(len(guard_tensors))]
         graph = tracer.finish(self._graph_name, [*tensors, *guard_tensors], [*names, *guard_names])
@@ -818,7 +799,8 @@ class CompiledFunction:
         entry.single_output = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
         if not outputs.static_leaves:
             for container in (list, tuple):
-                if outputs.spec == optree.tree_structure(container([0] * len(tensors))):
+                flat_result: Any = container([0] * len(tensors))
+                if outputs.spec == optree.tree_structure(flat_result):
                     entry.container = container
         entry.guards = tuple(
             (len(tensors) + i, expected, where)
@@ -869,31 +851,23 @@ def _specializing_runner(
     return run
 
 
-def _flat_arrays(args: tuple[Any, ...]) -> list[np.ndarray] | None:
-    """The arrays of ``args`` when every argument is an array or tensor, else None."""
+def _flat_call(
+    args: tuple[Any, ...], with_shapes: bool
+) -> tuple[list[np.ndarray], Hashable] | None:
+    """For a call whose arguments are all arrays or tensors: their arrays, and a key of each
+    one's dtype and rank (shape when ``with_shapes``). None for any other call."""
     arrays = []
+    key: list[Any] = []
     for a in args:
         cls = type(a)
-        if cls is np.ndarray:
-            arrays.append(a)
-        elif cls is Tensor:
-            arrays.append(a._data)
-        else:
+        if cls is Tensor:
+            a = a._data
+        elif cls is not np.ndarray:
             return None
-    return arrays
-
-
-def _ref(tracer: Tracer, value: Value) -> Any:
-    from .trace import TraceRef
-
-    return TraceRef(tracer, value)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:
-        return a is b
+        arrays.append(a)
+        key.append(a.dtype)
+        key.append(a.shape if with_shapes else a.ndim)
+    return arrays, tuple(key)
 
 
 def _input_path(path: tuple[Any, ...], fn: Callable[..., Any]) -> str:

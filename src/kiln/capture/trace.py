@@ -25,7 +25,7 @@ from ..ops.dispatch import handler_scope, run_kernel
 from ..ops.registry import ELEMENTWISE, OpDef, TensorType
 from ..spec import TensorSpec
 from ..symbolic import Dim, SymDim, format_shape, symbol
-from ..tensor import Tensor
+from ..tensor import Tensor, _readonly
 from .source import user_source
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
@@ -302,13 +302,6 @@ def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, 
         nodes,
         tracer.constants,
     )
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    if array.flags.writeable:
-        array = array.view()
-        array.flags.writeable = False
-    return array
 
 
 def _check_kernel(op: OpDef, types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -> None:

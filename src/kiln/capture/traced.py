@@ -115,7 +115,7 @@ class TracedGraph:
             )
         for position, value in self._outputs.static_inputs:
             given = leaves[position]
-            if not _same_static(given, value):
+            if not same_static(given, value):
                 raise InputMismatchError(
                     f"input {path_name(paths[position])!r} was the static value {value!r} when "
                     f"traced, got {given!r}; trace again for another value"
@@ -135,7 +135,8 @@ class TracedGraph:
         return f"TracedGraph({self.graph!r})"
 
 
-def _same_static(a: Any, b: Any) -> bool:
+def same_static(a: Any, b: Any) -> bool:
+    """Whether two static (non-tensor) input leaves are the same value of the same type."""
     try:
         return type(a) is type(b) and bool(a == b)
     except Exception:

@@ -134,11 +134,6 @@ def _weak_or_dtype(x: Any) -> Any:
     return _dtype_of(x)
 
 
-def tensors(xs: Sequence[Any]) -> list[Tensor]:
-    """Each element as a tensor (no promotion)."""
-    return [as_tensor(x) for x in xs]
-
-
 def shape_tensor(dims: Sequence[Dim | Tensor]) -> Tensor:
     """A 1-D int64 tensor of sizes, for the shape inputs of Reshape, Expand, Tile, Slice, ...
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..errors import OpArgumentError
-from .registry import OpDef, TensorType, get_op
+from .registry import OpDef, get_op
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -125,10 +125,3 @@ def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
         name = op if isinstance(op, str) else op.name
         raise OpArgumentError(f"{name} has {len(outputs)} outputs; use dispatch() to get them all")
     return outputs[0]
-
-
-def infer_types(
-    opdef: OpDef, types: Sequence[TensorType | None], attrs: Mapping[str, Any]
-) -> list[TensorType]:
-    """``opdef.infer`` as a list (the IR's verifier and the tracer call this)."""
-    return list(opdef.infer(types, attrs))

@@ -23,7 +23,6 @@ __all__ = [
     "require_dtype",
     "require_same_dtype",
     "require_rank",
-    "static_value",
     "FLOATS",
     "NUMERIC",
     "INTEGERS",
@@ -114,10 +113,3 @@ def require_rank(op: str, arg: str, t: TensorType, ranks: Iterable[int]) -> None
             f"{op}: input {arg!r} must have rank {expected}, got rank {t.ndim} "
             f"(shape {format_shape(t.shape)})"
         )
-
-
-def static_value(op: str, arg: str, t: TensorType | None) -> tuple[Dim, ...] | None:
-    """The known contents of a small integer input (``None`` when absent or unknown)."""
-    if t is None:
-        return None
-    return t.value
