@@ -9,25 +9,12 @@ import kiln
 from kiln.optim import fold_transpose_into_matmul, fuse_gemm
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(2)
 A = RNG.standard_normal((3, 4)).astype(f32)
 B = RNG.standard_normal((5, 3)).astype(f32)
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def folded(fn, *inputs, **trace_kwargs):

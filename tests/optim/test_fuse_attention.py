@@ -7,27 +7,13 @@ import math
 import numpy as np
 import pytest
 
-import kiln
 from kiln.optim import fuse_attention, fuse_softmax
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(7)
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def softmax(x):

@@ -15,24 +15,11 @@ from kiln.optim import fuse_elementwise
 from kiln.optim.fuse_elementwise import MIN_ELEMENTS, fuse_elementwise_regions
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(8)
 FUSED = "kiln.FusedElementwise"
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def gelu(x):

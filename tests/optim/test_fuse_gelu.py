@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-import kiln
 from kiln.ops import call
 from kiln.optim import fuse_gelu, simplify_algebra
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(5)
@@ -22,20 +22,6 @@ C = math.sqrt(2 / math.pi)
 
 def erf(x):
     return call("Erf", x)  # NumPy has no erf; kiln's operator stands in for scipy.special.erf
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def _reference(x, approximate):

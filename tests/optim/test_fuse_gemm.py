@@ -9,26 +9,13 @@ import kiln
 from kiln.optim import fuse_gemm
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(1)
 X = RNG.standard_normal((4, 3)).astype(f32)
 W = RNG.standard_normal((5, 3)).astype(f32)  # (out, in), as linear layers store it
 B = RNG.standard_normal(5).astype(f32)
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def fused(fn, *inputs, **trace_kwargs):

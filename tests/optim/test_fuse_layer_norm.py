@@ -5,30 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kiln
 from kiln.optim import eliminate_common_subexpressions, fuse_layer_norm
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(3)
 X = RNG.standard_normal((4, 16)).astype(f32) * 3 + 1
 W = RNG.uniform(0.5, 2, 16).astype(f32)
 B = RNG.standard_normal(16).astype(f32)
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def fused(fn, *inputs, **trace_kwargs):

@@ -5,29 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kiln
 from kiln.optim import fuse_rms_norm, simplify_algebra
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(4)
 X = RNG.standard_normal((4, 16)).astype(f32)
 W = RNG.uniform(0.5, 2, 16).astype(f32)
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def _reference(x, w, eps):

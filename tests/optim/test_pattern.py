@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kiln
 from kiln.optim import DefaultsOptions
 from kiln.optim.pattern import (
     RewriteLoopError,
@@ -20,24 +19,11 @@ from kiln.optim.pattern import (
 )
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 OPTIONS = DefaultsOptions()
 X = var("x")
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def test_a_rule_rewrites_and_dead_nodes_go():

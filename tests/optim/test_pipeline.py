@@ -8,29 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kiln
 from kiln.optim import default_pipeline, transform
 from kiln.optim.fuse_elementwise import fuse_elementwise_regions
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(9)
 D, H, FF = 32, 4, 64
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def rand(*shape, scale=1.0):

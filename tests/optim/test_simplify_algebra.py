@@ -11,24 +11,11 @@ from kiln.optim import DefaultsOptions, simplify_algebra
 from kiln.optim.simplify_algebra import exact_cast
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
 RNG = np.random.default_rng(0)
 RELAXED = DefaultsOptions(allow_reassociation=True)
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def simplified(fn, *inputs, options=None, **trace_kwargs):

@@ -17,22 +17,9 @@ from kiln.optim import (
 )
 
 from ..numerics import assert_close
+from .graphs import ops, run, traced
 
 f32 = np.float32
-
-
-def traced(fn, *args, **kwargs):
-    return kiln.trace(fn, *args, **kwargs).graph
-
-
-def run(graph, *inputs):
-    graph = graph.copy()
-    graph.finalize()
-    return [np.asarray(t) for t in graph.run(list(inputs))]
-
-
-def ops(graph):
-    return [n.op for n in graph.nodes]
 
 
 def test_dead_code_is_removed():
