@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from . import errors, io, nn, ops, optim, symbolic, tree
+from . import errors, io, nn, ops, optim, runtime, symbolic, tree
 from .capture import TracedGraph, trace
 from .capture.compiled import CompiledFunction, State, compile, explain
 from .device import Device, PlaceLike, Stream
@@ -112,6 +112,7 @@ __all__ = [
     "tree",
     "io",
     "optim",
+    "runtime",
     "uint8",
     "uint16",
     "uint32",

@@ -242,8 +242,8 @@ class Tensor:
                 "to keep the size symbolic, or mark the axis static"
             )
             if current_handler() is not None:
-                from .capture.source import user_source
                 from .errors import CaptureError
+                from .source import user_source
 
                 raise CaptureError(f"{message} (at {user_source()})")
             raise TypeError(message)

@@ -47,9 +47,9 @@ def test_graph_arrives_unfinalized_and_run_says_to_finalize():
     with pytest.raises(GraphNotFinalizedError, match=r"finalize\(\)"):
         tg.run([ones(2)])
     tg.finalize()
-    plan = tg.graph._plan
+    plan = tg.graph.program.plan
     tg.finalize()  # idempotent
-    assert tg.graph._plan is plan and tg.is_finalized()
+    assert tg.graph.program.plan is plan and tg.is_finalized()
 
 
 def test_input_names_come_from_argument_paths():

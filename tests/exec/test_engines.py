@@ -161,7 +161,7 @@ def test_numpy_plan_is_generated_code_with_inplace_reuse() -> None:
     x = np.linspace(-3, 3, 64 * 128, dtype=np.float32).reshape(64, 128)
     graph = kiln.trace(_gelu, x).graph
     graph.finalize("numpy")
-    plan = graph._plan
+    plan = graph.program.plan
     assert "out=" in plan.source and "del " in plan.source
     assert "for " not in plan.source  # straight-line: no interpretation loop
     (y,) = graph.run([x])
@@ -173,9 +173,9 @@ def test_numpy_plan_never_writes_inputs_or_returned_outputs() -> None:
     keep = x.copy()
     graph = kiln.trace(lambda v: (np.exp(v) * 2 + 1, v), x).graph
     graph.finalize("numpy")
-    first = graph._plan.run_arrays([x])
+    first = graph.program.plan.run_arrays([x])
     snapshot = [a.copy() for a in first]
-    second = graph._plan.run_arrays([x])
+    second = graph.program.plan.run_arrays([x])
     np.testing.assert_array_equal(x, keep)
     for a, b in zip(first, snapshot):
         np.testing.assert_array_equal(a, b)
@@ -219,14 +219,14 @@ def test_zero_d_outputs_are_arrays() -> None:
     a, b = np.asarray(2, np.float32), np.asarray(3, np.float32)
     graph = kiln.trace(lambda a, b: a * b + a, a, b).graph
     graph.finalize("numpy")
-    (y,) = graph._plan.run_arrays([np.asarray(2, np.float32), np.asarray(3, np.float32)])
+    (y,) = graph.program.plan.run_arrays([np.asarray(2, np.float32), np.asarray(3, np.float32)])
     assert type(y) is np.ndarray and y.shape == () and y == 8
 
 
 def test_plan_time_folding_of_shape_arithmetic() -> None:
     graph = kiln.trace(lambda v: v.reshape(v.shape[0] * 2, -1), np.zeros((4, 6), np.float32)).graph
     graph.finalize("numpy")
-    assert "Shape" not in graph._plan.source
+    assert "Shape" not in graph.program.plan.source
     assert graph.run([np.ones((4, 6), np.float32)])[0].shape == (8, 3)
 
 
@@ -235,7 +235,7 @@ def test_unknown_and_missing_engines() -> None:
     with pytest.raises(ValueError, match="unknown engine"):
         graph.finalize("tvm")
     graph.finalize("reference")
-    assert type(graph._plan).__name__ == "ReferencePlan"
+    assert type(graph.program.plan).__name__ == "ReferencePlan"
 
 
 def test_jax_missing_raises_device_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,8 +254,8 @@ def test_jax_missing_raises_device_unavailable(monkeypatch: pytest.MonkeyPatch) 
 def test_automatic_selection_keeps_tiny_graphs_on_numpy() -> None:
     graph = kiln.trace(lambda v: np.exp(v) + 1, np.zeros(8, np.float32)).graph
     graph.finalize()
-    assert graph._plan.engine == "numpy"
-    assert graph._plan.selection["work"] < 100
+    assert graph.program.plan.engine == "numpy"
+    assert graph.program.plan.selection["work"] < 100
 
 
 def test_automatic_selection_measures_large_graphs() -> None:
@@ -264,7 +264,7 @@ def test_automatic_selection_measures_large_graphs() -> None:
     graph = kiln.trace(_gelu, x).graph
     graph.optimize()
     graph.finalize()
-    plan = graph._plan
+    plan = graph.program.plan
     assert set(plan.selection["seconds"]) >= {"numpy", "jax"}
     assert plan.engine == plan.selection["chosen"]
     (y,) = graph.run([np.full((512, 1024), 0.5, np.float32)])
@@ -282,7 +282,7 @@ def test_jax_engine_retraces_per_shape_with_a_cap() -> None:
         x = np.full((batch, 3), 0.25, np.float32)
         (y,) = graph.run([x])
         assert_close(y, np.tanh(x) * 2, rtol=1e-5, atol=1e-6)
-    assert len(graph._plan._shapes) == jax_engine.MAX_TRACES
+    assert len(graph.program.plan._shapes) == jax_engine.MAX_TRACES
 
 
 # -- whole models ---------------------------------------------------------------------------

@@ -32,11 +32,11 @@ from ..device import PlaceLike, as_place
 from ..errors import CaptureError, CaptureWarning, InputMismatchError, RecaptureWarning, StateError
 from ..ir.graph import ModelGraph, Value
 from ..ops.dispatch import current_handler
+from ..source import user_source, user_stacklevel
 from ..spec import TensorSpec
 from ..symbolic import SymDim
 from ..tensor import Tensor
 from ..tree import flatten_with_paths, path_name, unflatten
-from .source import user_source, user_stacklevel
 from .trace import Tracer, TraceRef, plan_inputs, record
 from .traced import _Outputs, output_leaves, same_static
 
@@ -782,8 +782,9 @@ class CompiledFunction:
         if self._specialize is True and dynamic:
             run = _specializing_runner(graph, self._optimize)
         else:
-            plan = graph._plan
-            check, run_arrays = plan.check_inputs, plan.run_arrays  # type: ignore[attr-defined]
+            program = graph.program
+            assert program is not None
+            check, run_arrays = program.check_inputs, program.run_arrays
 
             def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
                 return run_arrays(check(arrays))
@@ -795,7 +796,7 @@ class CompiledFunction:
                 tuple(int(d) for d in v.shape)
                 for v in graph.input_values  # all static here
             )
-            entry.run_unchecked = graph._plan.run_arrays  # type: ignore[attr-defined]
+            entry.run_unchecked = run_arrays
         entry.single_output = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
         if not outputs.static_leaves:
             for container in (list, tuple):
@@ -830,23 +831,24 @@ def _specializing_runner(
     sizes bound, shape arithmetic folded, a plan per shape set (the first few kept)."""
     from ..optim import specialize_graph
 
-    generic = graph._plan
-    check = generic.check_inputs  # type: ignore[attr-defined]
-    plans: dict[tuple[tuple[int, ...], ...], Any] = {}
+    generic = graph.program
+    assert generic is not None
+    check = generic.check_inputs
+    programs: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
         arrays = check(arrays)
         shapes = tuple(a.shape for a in arrays)
-        plan = plans.get(shapes)
-        if plan is None:
-            special = specialize_graph(graph, check.bindings(arrays))
+        program = programs.get(shapes)
+        if program is None:
+            special = specialize_graph(graph, generic.bindings(arrays))
             if optimize:
                 special.optimize()
             special.finalize()
-            plan = special._plan
-            if len(plans) < MAX_SPECIALIZATIONS:
-                plans[shapes] = plan
-        return plan.run_arrays(arrays)  # type: ignore[no-any-return, union-attr]
+            program = special.program
+            if len(programs) < MAX_SPECIALIZATIONS:
+                programs[shapes] = program
+        return program.run_arrays(arrays)  # type: ignore[no-any-return]
 
     return run
 

@@ -23,10 +23,10 @@ from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOpe
 from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
 from ..ops.dispatch import handler_scope, run_kernel
 from ..ops.registry import ELEMENTWISE, OpDef, TensorType
+from ..source import user_source
 from ..spec import TensorSpec
 from ..symbolic import Dim, SymDim, format_shape, symbol
 from ..tensor import Tensor, _readonly
-from .source import user_source
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +39,8 @@ import numpy as np
 
 from ..ops.dispatch import as_outputs
 from ..ops.registry import ELEMENTWISE, PURE, SHAPE, get_op
-from ..tensor import Tensor
 from .inputs import InputChecker
+from .plan import Plan
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node, Value
@@ -212,7 +212,7 @@ def _call_template(n: int, *, kwargs: bool = False) -> str:
 # -- planning ---------------------------------------------------------------------------
 
 
-class CpuPlan:
+class CpuPlan(Plan):
     """A graph compiled to straight-line NumPy code (see the module docstring).
 
     Same interface as :class:`~kiln.exec.reference.ReferencePlan`: ``check_inputs(inputs)``
@@ -231,13 +231,6 @@ class CpuPlan:
         exec(compile(self.source, f"<kiln plan {graph.name}>", "exec"), namespace, env)  # noqa: S102
         self.run_arrays: Callable[[Sequence[np.ndarray]], list[np.ndarray]] = env["run"]
         self.check_inputs: Callable[[Any], list[np.ndarray]] = _fast_checker(self.checker)
-
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Tensor]:
-        """Run on flat inputs (signature order, or by name); returns the output tensors."""
-        return [Tensor._wrap(a) for a in self.run_arrays(self.check_inputs(inputs))]
-
-    def __repr__(self) -> str:
-        return f"<CpuPlan {self.graph.name!r}: {len(self.graph.nodes)} nodes>"
 
 
 def _fast_checker(checker: InputChecker) -> Callable[[Any], list[np.ndarray]]:

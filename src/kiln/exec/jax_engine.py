@@ -35,8 +35,8 @@ from ..errors import DeviceUnavailableError, UnsupportedOperationError
 from ..ops.dispatch import as_outputs
 from ..ops.elementwise import dtype_from_onnx_code
 from ..ops.registry import get_op
-from ..tensor import Tensor
 from .inputs import InputChecker
+from .plan import Plan
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node
@@ -804,7 +804,7 @@ def unsupported_ops(graph: ModelGraph) -> list[str]:
 # -- the plan ----------------------------------------------------------------------------
 
 
-class JaxPlan:
+class JaxPlan(Plan):
     """A graph compiled with ``jax.jit`` (see the module docstring). Same interface as
     :class:`~kiln.exec.reference.ReferencePlan`.
 
@@ -823,7 +823,8 @@ class JaxPlan:
                 f"{', '.join(missing)}; use engine='numpy'"
             )
         self.graph = graph
-        self.check_inputs: Callable[[Any], list[np.ndarray]] = InputChecker(graph)
+        self.checker = InputChecker(graph)
+        self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker
         self._fallback = fallback
         self._lock = threading.Lock()
         self._shapes: set[tuple[tuple[int, ...], ...]] = set()
@@ -880,13 +881,6 @@ class JaxPlan:
 
             self._fallback = CpuPlan(self.graph)
         return self._fallback
-
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Tensor]:
-        """Run on flat inputs (signature order, or by name); returns the output tensors."""
-        return [Tensor._wrap(a) for a in self.run_arrays(self.check_inputs(inputs))]
-
-    def __repr__(self) -> str:
-        return f"<JaxPlan {self.graph.name!r}: {len(self.graph.nodes)} nodes>"
 
 
 class _NullContext:

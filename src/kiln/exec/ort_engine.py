@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import DeviceUnavailableError, UnsupportedOperationError
-from ..tensor import Tensor
 from .inputs import InputChecker
+from .plan import Plan
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
@@ -97,7 +97,7 @@ def intra_op_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-class OrtPlan:
+class OrtPlan(Plan):
     """A graph run by ONNX Runtime (see the module docstring). Same interface as
     :class:`~kiln.exec.reference.ReferencePlan`.
 
@@ -153,7 +153,8 @@ class OrtPlan:
                 f"graph {graph.name!r} cannot run on onnxruntime: {exc}"
             ) from exc
         self.graph = graph
-        self.check_inputs: Callable[[Any], list[np.ndarray]] = InputChecker(graph)
+        self.checker = InputChecker(graph)
+        self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker
         self._input_names = [i.name for i in self.session.get_inputs()]
         self._output_names = graph.output_names
         if len(self._input_names) != len(graph.input_values):
@@ -169,10 +170,3 @@ class OrtPlan:
             arrays = [arrays[i] for i in self._positions]
         feeds = dict(zip(self._input_names, arrays))
         return [np.asarray(o) for o in self._run(self._output_names, feeds)]
-
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Tensor]:
-        """Run on flat inputs (signature order, or by name); returns the output tensors."""
-        return [Tensor._wrap(a) for a in self.run_arrays(self.check_inputs(inputs))]
-
-    def __repr__(self) -> str:
-        return f"<OrtPlan {self.graph.name!r}: {len(self.graph.nodes)} nodes>"

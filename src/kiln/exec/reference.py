@@ -7,15 +7,15 @@ of a run lives in a local list, so concurrent runs of one plan are safe.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..ops.dispatch import as_outputs
 from ..ops.registry import get_op
-from ..tensor import Tensor
 from .inputs import InputChecker
+from .plan import Plan
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 __all__ = ["ReferencePlan", "interpret"]
 
 
-class ReferencePlan:
+class ReferencePlan(Plan):
     """A finalized graph's plan on the reference interpreter."""
 
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
-        self.check_inputs = InputChecker(graph)
+        self.checker = InputChecker(graph)
+        self.check_inputs = self.checker
         slot: dict[int, int] = {}
         for v in graph.values():
             slot[id(v)] = len(slot)
@@ -45,10 +46,6 @@ class ReferencePlan:
             for node in graph.nodes
         )
         self.output_slots = tuple(slot[id(v)] for v in graph.output_values)
-
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Tensor]:
-        arrays = self.check_inputs(inputs)
-        return [Tensor._wrap(a) for a in self.run_arrays(arrays)]
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         env: list[Any] = [None] * self.size

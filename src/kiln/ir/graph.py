@@ -12,21 +12,34 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Protocol, Union
 
 import numpy as np
 
-from ..errors import GraphValidationError
+from ..device import as_place
+from ..errors import GraphNotFinalizedError, GraphValidationError
 from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
 from ..spec import TensorSpec
 from ..symbolic import SymDim, format_shape
+from .printer import format_graph
 
 if TYPE_CHECKING:
     import os
 
     from ..optim.transform import DefaultsOptions, OptimizeReport, Transform
 
-__all__ = ["AttrValue", "Value", "Node", "Constant", "ModelGraph", "NameScope", "verify_graph"]
+__all__ = [
+    "AttrValue",
+    "Value",
+    "Node",
+    "Constant",
+    "ModelGraph",
+    "NameScope",
+    "verify_graph",
+    "Executable",
+    "GraphRuntime",
+    "install_runtime",
+]
 
 AttrValue = Union[int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...], np.ndarray]
 
@@ -140,15 +153,15 @@ class ModelGraph:
         outputs: Sequence[Value],
         nodes: Sequence[Node],
         constants: Sequence[Constant] = (),
+        place: object = None,
     ) -> None:
         self.name = name
         self._inputs = tuple(inputs)
         self._outputs = tuple(outputs)
         self._nodes = tuple(nodes)
         self._constants = tuple(constants)
-        self._place: object = None  # a Device or Stream once chosen; None = the inputs' place
-        self._plan: object = None  # the executor's plan once finalized
-        self._engine: str | None = None  # the engine asked for at finalize(), None: automatic
+        self._place = place  # a Device or Stream once chosen; None = the inputs' place
+        self._program: Executable | None = None  # what finalize() made, while it holds
 
     # -- structure ------------------------------------------------------------------------
 
@@ -192,6 +205,12 @@ class ModelGraph:
         """Where the graph runs (a Device or Stream), or ``None`` before one is chosen."""
         return self._place
 
+    @property
+    def program(self) -> Executable | None:
+        """What :meth:`finalize` made of the graph (a :class:`kiln.runtime.Program`: the
+        engine's plan at the graph's place), or ``None`` while the graph is not finalized."""
+        return self._program
+
     def values(self) -> Iterable[Value]:
         """Every value: inputs, constants, then node outputs in order."""
         yield from self._inputs
@@ -207,17 +226,15 @@ class ModelGraph:
         constants: Sequence[Constant] | None = None,
         inputs: Sequence[Value] | None = None,
     ) -> ModelGraph:
-        """A new, unfinalized graph with the same name and the given parts replaced."""
-        graph = ModelGraph(
+        """A new, unfinalized graph with the same name and place and the given parts replaced."""
+        return ModelGraph(
             self.name,
             self._inputs if inputs is None else inputs,
             self._outputs if outputs is None else outputs,
             nodes,
             self._constants if constants is None else constants,
+            self._place,
         )
-        graph._place = self._place
-        graph._engine = self._engine
-        return graph
 
     def copy(self) -> ModelGraph:
         """An independent graph with the same contents (nodes and values are immutable, so
@@ -229,11 +246,11 @@ class ModelGraph:
         taken = [v.name for v in self.values()] + [n.name for n in self._nodes]
         return NameScope(taken)
 
-    # -- lifecycle ------------------------------------------------------------------------
+    # -- lifecycle: delegated to the runtime layer (kiln.runtime) -------------------------
 
     def is_finalized(self) -> bool:
         """True once :meth:`finalize` ran (and nothing has changed the graph since)."""
-        return self._plan is not None
+        return self._program is not None
 
     def finalize(self, engine: str | None = None) -> None:
         """Ready the graph to run at its place: build the executor's plan. Idempotent.
@@ -242,25 +259,20 @@ class ModelGraph:
             engine: Which execution engine runs the graph (``kiln.exec`` lists them); None
                 picks one for the graph. Finalizing again with another engine re-plans.
         """
-        if self._plan is not None and (engine is None or engine == self._engine):
+        program = self._program
+        if program is not None and (engine is None or engine == program.requested_engine):
             return
-        from ..exec import build_plan
-
-        self._plan = build_plan(self, self._place, engine)
-        self._engine = engine
+        self._program = runtime().finalize(self, self._place, engine)
 
     def to(self, where: object) -> None:
         """Choose where the graph runs; on a finalized graph, move it there.
 
         Raises :class:`~kiln.errors.DeviceUnavailableError` for a place with no backend.
         """
-        from ..device import as_place
-
-        place = as_place(where)  # type: ignore[arg-type]
-        self._place = place
-        if self._plan is not None:
-            self._plan = None
-            self.finalize(self._engine)
+        self._place = as_place(where)  # type: ignore[arg-type]
+        program = self._program
+        if program is not None:
+            self._program = runtime().finalize(self, self._place, program.requested_engine)
 
     def run(self, inputs: Sequence[object] | Mapping[str, object]) -> list:
         """Run the finalized graph on flat inputs: a sequence in signature order, or a mapping
@@ -269,14 +281,12 @@ class ModelGraph:
         Raises :class:`~kiln.errors.GraphNotFinalizedError` before :meth:`finalize`, and
         :class:`~kiln.errors.InputMismatchError` naming the input and axis for wrong inputs.
         """
-        plan = self._plan
-        if plan is None:
-            from ..errors import GraphNotFinalizedError
-
+        program = self._program
+        if program is None:
             raise GraphNotFinalizedError(
                 f"graph {self.name!r} is not finalized: call graph.finalize() before run()"
             )
-        return plan.run(inputs)  # type: ignore[attr-defined]
+        return program.run(inputs)
 
     def optimize(
         self,
@@ -289,37 +299,26 @@ class ModelGraph:
         point or ``max_num_iterations`` (the graph's default cap when None). The graph is
         rewritten in place; a finalized graph is finalized again. Returns the
         :class:`~kiln.optim.OptimizeReport`."""
-        from ..optim.transform import run_pipeline
-
-        was_finalized = self._plan is not None
-        optimized, report = run_pipeline(
-            self,
-            transforms,
-            self.default_max_iterations if max_num_iterations is None else max_num_iterations,
-            defaults,
-        )
+        cap = self.default_max_iterations if max_num_iterations is None else max_num_iterations
+        optimized, report = runtime().optimize(self, transforms, cap, defaults)
         self._inputs = optimized._inputs
         self._outputs = optimized._outputs
         self._nodes = optimized._nodes
         self._constants = optimized._constants
-        self._plan = None
-        if was_finalized:
-            self.finalize(self._engine)
+        program, self._program = self._program, None
+        if program is not None:
+            self.finalize(program.requested_engine)
         return report
 
     # -- ONNX -----------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the graph as an ONNX model file (needs the ``onnx`` extra)."""
-        from ..io.onnx_export import save
-
-        save(self, path)
+        runtime().save(self, path)
 
     def to_onnx(self) -> object:
         """The graph as an ``onnx.ModelProto`` (needs the ``onnx`` extra)."""
-        from ..io.onnx_export import to_onnx
-
-        return to_onnx(self)
+        return runtime().to_onnx(self)
 
     # -- checks and printing -------------------------------------------------------------
 
@@ -328,8 +327,6 @@ class ModelGraph:
         verify_graph(self)
 
     def __str__(self) -> str:
-        from .printer import format_graph
-
         return format_graph(self)
 
     def __repr__(self) -> str:
@@ -340,8 +337,58 @@ class ModelGraph:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_plan"] = None
+        state["_program"] = None
         return state
+
+
+# -- the runtime the lifecycle methods delegate to ---------------------------------------
+
+
+class Executable(Protocol):
+    """What finalizing a graph makes (:class:`kiln.runtime.Program`), as the IR sees it."""
+
+    requested_engine: str | None
+
+    def run(self, inputs: Sequence[object] | Mapping[str, object]) -> list: ...
+
+
+class GraphRuntime(Protocol):
+    """The layer above the IR that finalizes, optimizes and saves graphs.
+
+    The IR cannot import the executors, the optimizer or the exporter (they import the IR), so
+    the layer that knows them all (:mod:`kiln.runtime`) installs itself here with
+    :func:`install_runtime` when kiln is imported.
+    """
+
+    def finalize(self, graph: ModelGraph, place: object, engine: str | None) -> Executable: ...
+
+    def optimize(
+        self,
+        graph: ModelGraph,
+        transforms: Sequence[Transform] | None,
+        max_num_iterations: int,
+        defaults: DefaultsOptions | None,
+    ) -> tuple[ModelGraph, OptimizeReport]: ...
+
+    def save(self, graph: ModelGraph, path: str | os.PathLike[str]) -> None: ...
+
+    def to_onnx(self, graph: ModelGraph) -> object: ...
+
+
+_runtime: GraphRuntime | None = None
+
+
+def install_runtime(graph_runtime: GraphRuntime) -> None:
+    """Make ``graph_runtime`` the layer :class:`ModelGraph`'s lifecycle methods delegate to."""
+    global _runtime
+    _runtime = graph_runtime
+
+
+def runtime() -> GraphRuntime:
+    """The installed :class:`GraphRuntime` (``import kiln`` installs :mod:`kiln.runtime`)."""
+    if _runtime is None:
+        raise RuntimeError("no graph runtime is installed: import kiln (kiln.runtime) first")
+    return _runtime
 
 
 def _types_agree(recorded: TensorType, inferred: TensorType, data_dependent: bool) -> bool:

@@ -14,10 +14,10 @@ from .fuse_gemm import fuse_gemm
 from .fuse_layer_norm import fuse_layer_norm
 from .fuse_rms_norm import fuse_rms_norm
 from .fuse_softmax import fuse_softmax
-from .pipeline import default_pipeline
+from .pipeline import default_pipeline, run_pipeline
 from .simplify_algebra import simplify_algebra
 from .specialize import specialize_graph
-from .transform import DefaultsOptions, OptimizeReport, Transform, run_pipeline, transform
+from .transform import DefaultsOptions, OptimizeReport, Transform, transform
 
 __all__ = [
     "DefaultsOptions",

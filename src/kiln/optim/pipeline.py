@@ -17,6 +17,11 @@ caps it); every pass is idempotent, so optimizing an optimized graph reports zer
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import GraphValidationError
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
@@ -30,9 +35,12 @@ from .fuse_layer_norm import fuse_layer_norm
 from .fuse_rms_norm import fuse_rms_norm
 from .fuse_softmax import fuse_softmax
 from .simplify_algebra import simplify_algebra
-from .transform import Transform
+from .transform import DefaultsOptions, OptimizeReport, Transform
 
-__all__ = ["default_pipeline"]
+if TYPE_CHECKING:
+    from ..ir.graph import ModelGraph
+
+__all__ = ["default_pipeline", "run_pipeline"]
 
 
 def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
@@ -65,3 +73,40 @@ def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
         *([fuse_elementwise] if elementwise_fusion else []),
         eliminate_dead_code,
     ]
+
+
+def run_pipeline(
+    graph: ModelGraph,
+    transforms: Sequence[Transform] | None,
+    max_num_iterations: int,
+    defaults: DefaultsOptions | None,
+) -> tuple[ModelGraph, OptimizeReport]:
+    """Apply ``transforms`` (the default pipeline when None) to a fixed point or the cap."""
+    if max_num_iterations < 1:
+        raise ValueError(f"max_num_iterations must be at least 1, got {max_num_iterations}")
+    options = defaults or DefaultsOptions()
+    pipeline = list(default_pipeline() if transforms is None else transforms)
+    for t in pipeline:
+        if not isinstance(t, Transform):
+            raise TypeError(f"optimize() takes kiln.optim.Transform objects, got {t!r}")
+    report = OptimizeReport(nodes_before=len(graph.nodes))
+    start = time.perf_counter()
+    current = graph
+    for _ in range(max_num_iterations):
+        counts: dict[str, int] = {}
+        for t in pipeline:
+            current, n = t(current, options)
+            counts[t.name] = counts.get(t.name, 0) + n
+            if options.verify:
+                try:
+                    current.verify()
+                except GraphValidationError as exc:
+                    raise GraphValidationError(f"after transform {t.name}: {exc}") from exc
+        report.rewrites.append(counts)
+        report.iterations += 1
+        if not any(counts.values()):
+            report.fixed_point = True
+            break
+    report.nodes_after = len(current.nodes)
+    report.seconds = time.perf_counter() - start
+    return current, report

@@ -52,8 +52,4 @@ def specialize_graph(graph: ModelGraph, sizes: Mapping[str, int]) -> ModelGraph:
             mapping[id(old)] = new
             outs.append(new)
         nodes.append(Node(node.op, ins, tuple(outs), node.attrs, node.name, node.source))
-    specialized = ModelGraph(
-        graph.name, inputs, [mapping[id(v)] for v in graph.output_values], nodes, constants
-    )
-    specialized._place = graph.place
-    return specialized
+    return graph.with_body(nodes, [mapping[id(v)] for v in graph.output_values], constants, inputs)

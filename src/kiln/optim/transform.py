@@ -1,24 +1,20 @@
-"""Transforms, their options, the optimizer's report, and the fixed-point driver.
+"""Transforms, their options and the optimizer's report.
 
 A :class:`Transform` is a named rewrite from graph to graph that says how many rewrites it
-made. :func:`run_pipeline` applies a list of transforms repeatedly until a whole iteration
-changes nothing (a fixed point) or the iteration cap is hit, and reports what happened.
+made. :func:`kiln.optim.pipeline.run_pipeline` applies a list of them to a fixed point.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
-
-from ..errors import GraphValidationError
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
 
-__all__ = ["Transform", "DefaultsOptions", "OptimizeReport", "transform", "run_pipeline"]
+__all__ = ["Transform", "DefaultsOptions", "OptimizeReport", "transform"]
 
 
 @dataclass(frozen=True)
@@ -126,42 +122,3 @@ class OptimizeReport:
                 per_iter = ", ".join(str(it.get(name, 0)) for it in self.rewrites)
                 lines.append(f"  {name}: {n} ({per_iter})")
         return "\n".join(lines)
-
-
-def run_pipeline(
-    graph: ModelGraph,
-    transforms: Sequence[Transform] | None,
-    max_num_iterations: int,
-    defaults: DefaultsOptions | None,
-) -> tuple[ModelGraph, OptimizeReport]:
-    """Apply ``transforms`` (the default pipeline when None) to a fixed point or the cap."""
-    from .pipeline import default_pipeline
-
-    if max_num_iterations < 1:
-        raise ValueError(f"max_num_iterations must be at least 1, got {max_num_iterations}")
-    options = defaults or DefaultsOptions()
-    pipeline = list(default_pipeline() if transforms is None else transforms)
-    for t in pipeline:
-        if not isinstance(t, Transform):
-            raise TypeError(f"optimize() takes kiln.optim.Transform objects, got {t!r}")
-    report = OptimizeReport(nodes_before=len(graph.nodes))
-    start = time.perf_counter()
-    current = graph
-    for _ in range(max_num_iterations):
-        counts: dict[str, int] = {}
-        for t in pipeline:
-            current, n = t(current, options)
-            counts[t.name] = counts.get(t.name, 0) + n
-            if options.verify:
-                try:
-                    current.verify()
-                except GraphValidationError as exc:
-                    raise GraphValidationError(f"after transform {t.name}: {exc}") from exc
-        report.rewrites.append(counts)
-        report.iterations += 1
-        if not any(counts.values()):
-            report.fixed_point = True
-            break
-    report.nodes_after = len(current.nodes)
-    report.seconds = time.perf_counter() - start
-    return current, report

@@ -7,7 +7,7 @@ import sys
 
 __all__ = ["user_source", "user_stacklevel"]
 
-_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_KILN_DIR = os.path.dirname(os.path.abspath(__file__))
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 _NUMPY_DIR: str | None = None
 
