@@ -1,0 +1,286 @@
+"""Recording one call of a compiled function into a :class:`~kiln.capture.replay.Capture`.
+
+:func:`record_capture` runs the target once on recording tensors, which serves the call's
+result and records the graph at the same time. Scalar host reads (``bool(t)``, ``t.item()``)
+become value guards, extra graph outputs the replay checks; anything else the tracer cannot
+record abandons the capture, so the structure serves eagerly (or, with ``fullgraph=True``,
+raises :class:`~kiln.errors.CaptureError`). A recorded graph is optimized, placed and finalized
+here, and everything the replay can decide ahead of time (the runner, the static-shape shortcut,
+how to rebuild the result) goes into its frozen :class:`~kiln.capture.replay.Replay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import optree
+
+from ..device import Device, Stream
+from ..errors import CaptureError, InputMismatchError
+from ..ir.graph import Executable, ModelGraph, Value
+from ..source import user_source
+from ..spec import TensorSpec
+from ..symbolic import SymDim
+from ..tensor import Tensor
+from ..tree import unflatten
+from .replay import Capture, Replay, Runner, ValueGuard
+from .signature import CallSignature, CapturedInputs, DriftAxes
+from .trace import InputSlot, Tracer, TraceRef, plan_inputs, record
+from .traced import _Outputs, output_leaves
+
+__all__ = ["CaptureOptions", "record_capture", "MAX_SPECIALIZATIONS"]
+
+MAX_SPECIALIZATIONS = 8  # concrete shapes a dynamic graph keeps specialized plans for
+
+# Host conversions of one value, which a capture turns into value guards (fullgraph=False).
+_SCALAR_READS = frozenset(
+    {"bool(tensor)", "float(tensor)", "int(tensor)", "operator.index(tensor)", "Tensor.item()"}
+)
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How a compiled function captures: :func:`kiln.compile`'s options, checked."""
+
+    graph_name: str
+    input_specs: tuple[TensorSpec, ...] | None = None  # the ``signature`` option
+    dynamic: bool | None = None
+    fullgraph: bool = False
+    optimize: bool = True
+    specialize: bool | None = None
+    place: Device | Stream | None = None
+    dynamic_axes: Mapping[Any, Any] | None = None
+    output_names: tuple[str, ...] | None = None
+
+
+class _CaptureTracer(Tracer):
+    """A tracer that turns scalar host reads into value guards and, unless ``fullgraph``,
+    abandons the capture (instead of failing the call) on anything it cannot record."""
+
+    def __init__(self, fullgraph: bool) -> None:
+        super().__init__(compute=True)
+        self.fullgraph = fullgraph
+        self.guards: list[tuple[Value, np.ndarray, str]] = []
+        self.abandoned: str | None = None
+
+    def host_read(self, tensor: Tensor, what: str) -> Any:
+        data = tensor._data
+        assert data is not None  # a compile capture always has values
+        if self.fullgraph:
+            raise CaptureError(
+                f"{what} at {user_source()} needs the tensor's value on the host, which "
+                "fullgraph=True does not allow: keep the computation in tensor operations "
+                "(kiln.where for a branch), or use fullgraph=False to guard on the value"
+            )
+        if what in _SCALAR_READS and self.abandoned is None:
+            self.guards.append(
+                (self.value_of(tensor), np.array(data), f"{what} at {user_source()}")
+            )
+        elif self.abandoned is None:
+            self.abandoned = f"{what} at {user_source()}"
+        return data
+
+    def unsupported(self, what: str) -> None:
+        if self.fullgraph:
+            raise CaptureError(
+                f"{what} at {user_source()} is not implemented by kiln, so it cannot be "
+                "recorded; rewrite it with kiln operators or use fullgraph=False"
+            )
+        if self.abandoned is None:
+            self.abandoned = f"{what} (not implemented by kiln) at {user_source()}"
+
+
+def record_capture(
+    target: Callable[..., Any],
+    signature: CallSignature,
+    options: CaptureOptions,
+    drift: DriftAxes,
+) -> tuple[Any, Capture]:
+    """Run ``target`` on the call of ``signature`` while recording it, with the ``drift`` axes
+    dynamic; return the call's result (plain tensors) and the capture.
+
+    Raises:
+        CaptureError: ``fullgraph=True`` and the target does something that cannot be recorded.
+        InputMismatchError: The call does not fit the options' signature, or ``output_names``
+            does not fit the result.
+    """
+    slots = _plan_slots(target, signature, options, drift)
+    tracer = _CaptureTracer(options.fullgraph)
+    leaves = signature.leaves
+    treespec = signature.treespec
+
+    def rebuild(new_leaves: list[Any]) -> Any:
+        return unflatten(treespec, new_leaves)
+
+    result = record(target, signature.args, signature.kwargs, slots, leaves, rebuild, tracer)
+    tensors, names, outputs = output_leaves(result)
+    served = outputs.rebuild([Tensor._wrap(t._data) for t in tensors])  # plain tensors
+    inputs = _captured_inputs(signature, slots, drift)
+    if tracer.abandoned is not None:
+        return served, Capture(inputs, eager_reason=tracer.abandoned)
+    if options.output_names is not None:
+        if len(options.output_names) != len(tensors):
+            raise InputMismatchError(
+                f"output_names has {len(options.output_names)} name(s) but "
+                f"{options.graph_name} returns {len(tensors)} tensor(s)"
+            )
+        names = list(options.output_names)
+    graph = _finish_graph(tracer, tensors, names, options.graph_name)
+    replay = _finalize(graph, options, outputs, len(tensors), _value_guards(tracer, len(tensors)))
+    inputs = replace(inputs, shapes=tuple(v.shape for v in graph.input_values))
+    nbytes = sum(c.data.nbytes for c in graph.constants)
+    nbytes += sum(guard.expected.nbytes for guard in replay.guards)
+    pins = tuple(message for _, _, message in tracer.pins)
+    return served, Capture(inputs, graph, replay, pins=pins, nbytes=nbytes)
+
+
+def _plan_slots(
+    target: Callable[..., Any],
+    signature: CallSignature,
+    options: CaptureOptions,
+    drift: DriftAxes,
+) -> list[InputSlot]:
+    """Names and symbolic types of the graph inputs, with the ``drift`` axes dynamic."""
+    extra: dict[int, dict[int, str | None]] = {}
+    for (k, axis), name in drift.items():
+        extra.setdefault(k, {})[axis] = name
+    return plan_inputs(
+        signature.paths,
+        signature.leaves,
+        options.input_specs,
+        options.dynamic_axes,
+        target,
+        all_dynamic=options.dynamic is True,
+        extra_dynamic=extra,
+    )
+
+
+def _captured_inputs(
+    signature: CallSignature, slots: Sequence[InputSlot], drift: DriftAxes
+) -> CapturedInputs:
+    positions = tuple(s.index for s in slots)
+    tensors = set(positions)
+    return CapturedInputs(
+        treespec=signature.treespec,
+        tensor_positions=positions,
+        static_leaves=tuple(x for i, x in enumerate(signature.leaves) if i not in tensors),
+        names=tuple(s.name for s in slots),
+        dtypes=tuple(s.type.dtype for s in slots),
+        shapes=tuple(s.type.shape for s in slots),
+        drift=dict(drift),
+    )
+
+
+def _finish_graph(
+    tracer: _CaptureTracer, tensors: Sequence[Tensor], names: Sequence[str], graph_name: str
+) -> ModelGraph:
+    """The recorded graph: the result tensors, then one output per value guard."""
+    guard_tensors = [
+        Tensor._abstract(value.type, TraceRef(tracer, value)) for value, _, _ in tracer.guards
+    ]
+    guard_names = [f"guard.{i}" for i in range(len(guard_tensors))]
+    return tracer.finish(graph_name, [*tensors, *guard_tensors], [*names, *guard_names])
+
+
+def _value_guards(tracer: _CaptureTracer, n_outputs: int) -> tuple[ValueGuard, ...]:
+    return tuple(
+        ValueGuard(n_outputs + i, expected, where)
+        for i, (_, expected, where) in enumerate(tracer.guards)
+    )
+
+
+def _finalize(
+    graph: ModelGraph,
+    options: CaptureOptions,
+    outputs: _Outputs,
+    n_outputs: int,
+    guards: tuple[ValueGuard, ...],
+) -> Replay:
+    """Optimize, place and finalize ``graph``; the replay of the finalized graph."""
+    dynamic = any(isinstance(d, SymDim) for v in graph.input_values for d in v.shape)
+    if options.optimize:
+        graph.optimize(None if options.specialize is not False else _generic_pipeline())
+    if options.place is not None:
+        graph.to(options.place)
+    graph.finalize()
+    program = graph.program
+    assert program is not None
+    static_shapes: tuple[tuple[int, ...], ...] | None = None
+    run_unchecked: Runner | None = None
+    if options.specialize is True and dynamic:
+        run = _specializing_runner(graph, options.optimize)
+    else:
+        run = _checked_runner(program.check_inputs, program.run_arrays)
+        if not dynamic and options.specialize is not True:
+            static_shapes = tuple(tuple(int(d) for d in v.shape) for v in graph.input_values)
+            run_unchecked = program.run_arrays
+    single = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
+    return Replay(
+        run=run,
+        outputs=outputs,
+        n_outputs=n_outputs,
+        guards=guards,
+        static_shapes=static_shapes,
+        run_unchecked=run_unchecked,
+        one_tensor=single and not guards,
+        container=_flat_container(outputs, n_outputs),
+    )
+
+
+def _flat_container(outputs: _Outputs, n_outputs: int) -> type | None:
+    """``list`` or ``tuple`` when the result is a flat one of tensors, which the replay builds
+    without unflattening."""
+    found: type | None = None
+    if not outputs.static_leaves:
+        for container in (list, tuple):
+            flat_result: Any = container([0] * n_outputs)
+            if outputs.spec == optree.tree_structure(flat_result):
+                found = container
+    return found
+
+
+def _checked_runner(check: Runner, run_arrays: Runner) -> Runner:
+    """The plan's run behind its input check (the shape guard)."""
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return run_arrays(check(arrays))
+
+    return run
+
+
+def _generic_pipeline() -> list[Any]:
+    """The default pipeline without shape folding: the graph stays generic (specialize=False)."""
+    from ..optim import default_pipeline, fold_shapes
+
+    return [t for t in default_pipeline() if t is not fold_shapes]
+
+
+def _specializing_runner(graph: ModelGraph, optimize: bool) -> Runner:
+    """A runner that specializes ``graph`` to each new set of input shapes (specialize=True):
+    sizes bound, shape arithmetic folded, a plan per shape set (the first few kept)."""
+    from ..optim import specialize_graph
+
+    generic = graph.program
+    assert generic is not None
+    check = generic.check_inputs
+    programs: dict[tuple[tuple[int, ...], ...], Executable] = {}
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        arrays = check(arrays)
+        shapes = tuple(a.shape for a in arrays)
+        program = programs.get(shapes)
+        if program is None:
+            special = specialize_graph(graph, generic.bindings(arrays))
+            if optimize:
+                special.optimize()
+            special.finalize()
+            program = special.program
+            assert program is not None
+            if len(programs) < MAX_SPECIALIZATIONS:
+                programs[shapes] = program
+        return program.run_arrays(arrays)
+
+    return run

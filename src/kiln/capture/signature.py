@@ -1,0 +1,162 @@
+"""A call's abstract signature, computed once per call, and what a capture was recorded against.
+
+:class:`CallSignature` flattens a call's ``(args, kwargs)`` once: the leaves, the tree
+structure, each tensor leaf's array and the *structure key* that the cache of a compiled function
+is keyed by. The key is the tree structure, each static (non-tensor) leaf's type and value, and
+each tensor leaf's dtype and rank (its shape with ``with_shapes``). The cache lookup, the capture
+and the description of what changed all read the same signature; the parts only a cache miss
+needs (leaf paths, which leaves are tensors) are computed on demand, so a replayed call does not
+pay for them.
+
+:class:`CapturedInputs` is the other side: what one capture recorded (structure, static values,
+the graph's input names, dtypes and possibly symbolic shapes, the axes a drift made dynamic).
+The re-capture policy compares a call's signature with it.
+
+Example:
+    >>> import numpy as np
+    >>> sig = CallSignature((np.ones((2, 3), np.float32), 4), {}, with_shapes=False)
+    >>> sig.key[1:]
+    ((dtype('float32'), 2), (<class 'int'>, 4))
+    >>> sig.tensor_positions, sig.static_leaves
+    ((0,), (4,))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optree
+
+from ..symbolic import SymDim
+from ..tensor import Tensor
+from ..tree import TreeSpec
+from .trace import _derive_name
+
+__all__ = ["CallSignature", "CapturedInputs", "DriftAxes", "input_name", "positional_arrays"]
+
+# The axes a shape drift made dynamic: (tensor input index, axis) -> the size's name; axes that
+# drifted together from one size to another share a name.
+DriftAxes = Mapping[tuple[int, int], str]
+
+
+class CallSignature:
+    """One call's ``(args, kwargs)`` flattened once, and its structure key.
+
+    Attributes:
+        args: The call's positional arguments.
+        kwargs: The call's keyword arguments.
+        leaves: The leaves of ``(args, kwargs)`` in flattening order.
+        treespec: The structure of ``(args, kwargs)``.
+        key: The structure key (hashable unless a static leaf is not; see
+            :meth:`unhashable_error`).
+        arrays: The array of each tensor leaf (kiln tensor or NumPy array), in order.
+    """
+
+    __slots__ = ("args", "kwargs", "leaves", "treespec", "key", "arrays")
+
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], with_shapes: bool) -> None:
+        tree: Any = (args, kwargs)
+        leaves, treespec = optree.tree_flatten(tree)
+        parts: list[Any] = [treespec]
+        arrays: list[np.ndarray] = []
+        # The replay path runs this loop on every call: exact type checks, no isinstance.
+        for leaf in leaves:
+            cls = type(leaf)
+            if cls is Tensor:
+                data = leaf._data
+            elif cls is np.ndarray:
+                data = leaf
+            else:
+                parts.append((cls, leaf))
+                continue
+            arrays.append(data)
+            parts.append((data.dtype, data.shape if with_shapes else data.ndim))
+        self.args = args
+        self.kwargs = kwargs
+        self.leaves: list[Any] = leaves
+        self.treespec: TreeSpec = treespec
+        self.key: Hashable = tuple(parts)
+        self.arrays = arrays
+
+    # -- what a miss needs, computed on demand --------------------------------------------
+
+    @property
+    def paths(self) -> list[tuple[Any, ...]]:
+        """The key path of each leaf (from the structure: no second flattening)."""
+        return list(self.treespec.paths())
+
+    @property
+    def tensor_positions(self) -> tuple[int, ...]:
+        """The flat positions of the tensor leaves (graph inputs)."""
+        return tuple(i for i, x in enumerate(self.leaves) if isinstance(x, (Tensor, np.ndarray)))
+
+    @property
+    def static_leaves(self) -> tuple[Any, ...]:
+        """Every other leaf, in order: values baked into a capture."""
+        return tuple(x for x in self.leaves if not isinstance(x, (Tensor, np.ndarray)))
+
+    def unhashable_error(self, graph_name: str, parameter_names: Sequence[str]) -> TypeError:
+        """The error for a call whose key cannot be hashed, naming the static input at fault."""
+        for path, leaf in zip(self.paths, self.leaves):
+            if isinstance(leaf, (Tensor, np.ndarray)):
+                continue
+            try:
+                hash(leaf)
+            except TypeError:
+                return TypeError(
+                    f"{graph_name}: the static input {input_name(path, parameter_names)!r} "
+                    f"is a {type(leaf).__name__}, which is not hashable, so it cannot be part of "
+                    "the capture key; pass it as a tensor, or as a tuple / hashable value"
+                )
+        return TypeError(f"{graph_name}: the input structure is not hashable")
+
+
+@dataclass(frozen=True, eq=False)
+class CapturedInputs:
+    """What one capture was recorded against: the abstract signature of its first call.
+
+    Attributes:
+        treespec: The structure of ``(args, kwargs)``.
+        tensor_positions: The flat positions of the tensor leaves.
+        static_leaves: The other leaves' values, in order.
+        names: The graph input name of each tensor leaf.
+        dtypes: Each tensor input's dtype.
+        shapes: Each tensor input's shape as the graph takes it (ints and symbolic sizes).
+        drift: The axes made dynamic because their size drifted.
+    """
+
+    treespec: TreeSpec
+    tensor_positions: tuple[int, ...]
+    static_leaves: tuple[Any, ...]
+    names: tuple[str, ...]
+    dtypes: tuple[np.dtype, ...]
+    shapes: tuple[tuple[int | SymDim, ...], ...]
+    drift: DriftAxes
+
+
+def input_name(path: tuple[Any, ...], parameter_names: Sequence[str]) -> str:
+    """The name an input leaf goes by in messages (``n``, ``opts.k``), as the tracer names it."""
+    return _derive_name(path, parameter_names)
+
+
+def positional_arrays(
+    args: tuple[Any, ...], with_shapes: bool
+) -> tuple[list[np.ndarray], Hashable] | None:
+    """The replay shortcut for a call whose arguments are all arrays or tensors: their arrays,
+    and a key of each one's dtype and rank (shape when ``with_shapes``), which needs no pytree
+    flattening. None for any other call."""
+    arrays = []
+    key: list[Any] = []
+    for a in args:
+        cls = type(a)
+        if cls is Tensor:
+            a = a._data
+        elif cls is not np.ndarray:
+            return None
+        arrays.append(a)
+        key.append(a.dtype)
+        key.append(a.shape if with_shapes else a.ndim)
+    return arrays, tuple(key)
