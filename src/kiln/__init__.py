@@ -44,21 +44,7 @@ from .functions import *  # noqa: F403
 from .functions import __all__ as _functions_all
 from .spec import DynamicAxes, TensorSpec
 from .symbolic import SymDim
-from .tensor import (
-    Tensor,
-    arange,
-    asarray,
-    empty,
-    empty_like,
-    from_dlpack,
-    full,
-    full_like,
-    ones,
-    ones_like,
-    tensor,
-    zeros,
-    zeros_like,
-)
+from .tensor import Tensor, asarray, from_dlpack, tensor
 
 __version__ = "0.1.0"
 
@@ -84,26 +70,19 @@ __all__ = [
     "TensorSpec",
     "TracedGraph",
     "UnsupportedOperationError",
-    "arange",
     "asarray",
     "bfloat16",
     "bool_",
-    "empty",
-    "empty_like",
     "errors",
     "float16",
     "float32",
     "float64",
     "from_dlpack",
-    "full",
-    "full_like",
     "int8",
     "int16",
     "int32",
     "int64",
     "nn",
-    "ones",
-    "ones_like",
     "ops",
     "result_type",
     "symbolic",
@@ -117,7 +96,5 @@ __all__ = [
     "uint16",
     "uint32",
     "uint64",
-    "zeros",
-    "zeros_like",
     *_functions_all,
 ]

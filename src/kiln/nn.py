@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .dtypes import onnx_dtype_code
 from .errors import OpArgumentError
 from .functions.operands import as_tensor, constant, same_dtype_operands, shape_tensor
-from .ops.dispatch import call, dispatch
-from .ops.elementwise import onnx_dtype_code
+from .ops.rules import normalize_axis
 from .symbolic import Dim, format_shape
-from .tensor import Tensor
+from .tensor import Tensor, call, dispatch
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -93,15 +93,6 @@ def _shape_error(fn: str, arg: str, t: Tensor, expected: str) -> OpArgumentError
         f"{fn}: argument {arg!r} must be {expected}, got shape {format_shape(t.shape)} "
         f"(rank {t.ndim})"
     )
-
-
-def _normalize_axis(fn: str, axis: int, ndim: int) -> int:
-    if not -ndim <= axis < ndim:
-        raise OpArgumentError(
-            f"{fn}: axis={axis} is out of range for an input of rank {ndim} "
-            f"(expected {-ndim} <= axis < {ndim})"
-        )
-    return axis % ndim
 
 
 def _ones(shape: Sequence[Dim], dtype: np.dtype) -> Tensor:
@@ -316,7 +307,7 @@ def softmax(x: Any, axis: int = -1) -> Tensor:
         [0.5, 0.5]
     """
     t = _unary("softmax", x)
-    _normalize_axis("softmax", axis, t.ndim)
+    normalize_axis("softmax", axis, t.ndim, scalar=False)
     return call("Softmax", t, axis=axis)
 
 
@@ -329,7 +320,7 @@ def log_softmax(x: Any, axis: int = -1) -> Tensor:
         -0.6931
     """
     t = _unary("log_softmax", x)
-    _normalize_axis("log_softmax", axis, t.ndim)
+    normalize_axis("log_softmax", axis, t.ndim, scalar=False)
     return call("LogSoftmax", t, axis=axis)
 
 
@@ -351,7 +342,7 @@ def layer_norm(
     assert t is not None
     if t.ndim == 0:
         raise _shape_error("layer_norm", "x", t, "at least 1-D")
-    start = _normalize_axis("layer_norm", axis, t.ndim)
+    start = normalize_axis("layer_norm", axis, t.ndim, scalar=False)
     if w is None:
         w = _ones(t.shape[start:], t.dtype)
     attrs = {"axis": start, "epsilon": eps, "stash_type": _stash_type(t.dtype)}
@@ -371,7 +362,7 @@ def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, axis: int = -1) -> T
     assert t is not None
     if t.ndim == 0:
         raise _shape_error("rms_norm", "x", t, "at least 1-D")
-    start = _normalize_axis("rms_norm", axis, t.ndim)
+    start = normalize_axis("rms_norm", axis, t.ndim, scalar=False)
     if w is None:
         w = _ones(t.shape[start:], t.dtype)
     attrs = {"axis": start, "epsilon": eps, "stash_type": _stash_type(t.dtype)}
@@ -854,7 +845,7 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = dtypes.float32, axis: int 
         raise OpArgumentError(f"{fn}: argument 'x' has dtype {t.dtype}; expected integer indices")
     if not isinstance(num_classes, (int, np.integer)) or num_classes < 0:
         raise OpArgumentError(f"{fn}: num_classes={num_classes!r}; expected an int >= 0")
-    where = _normalize_axis(fn, axis, t.ndim + 1)
+    where = normalize_axis(fn, axis, t.ndim + 1, scalar=False)
     classes = np.arange(int(num_classes), dtype=t.dtype).reshape(
         (int(num_classes),) + (1,) * (t.ndim - where)
     )

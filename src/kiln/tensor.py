@@ -1,14 +1,20 @@
-"""``kiln.Tensor``: an immutable n-d array, and the functions that make one.
+"""``kiln.Tensor``: an immutable n-d array, the constructors that wrap data in one, and the
+eager dispatch door.
 
 On the CPU a tensor's storage is a read-only NumPy array: ``np.asarray(t)`` and ``t.numpy()``
 return it without copying. Every computation on a tensor (operators, methods, ``kiln.*``
-functions and NumPy functions applied to it) goes through :func:`kiln.ops.dispatch.dispatch`,
-which is what lets a tracer record it.
+functions and NumPy functions applied to it) goes through :func:`dispatch`: while a tracer is
+installed it records the call, otherwise the operator's kernel runs here and its arrays come back
+as tensors.
+
+The NumPy-style methods and operators (``t.sum()``, ``t + u``, ``t[i]``, the NumPy protocols) call
+the functions layer above this module, so that layer attaches them
+(:mod:`kiln.functions.tensor_methods`); they are declared in the class body for type checkers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,9 +22,10 @@ import numpy as np
 from . import dtypes
 from .device import Device, PlaceLike, as_device, cpu, require_backend
 from .errors import OpArgumentError, UnsupportedOperationError
-from .ops.dispatch import current_handler
-from .ops.registry import TensorType
-from .symbolic import Dim, Shape, SymDim, format_shape
+from .ops.dispatch import current_handler, run_kernel
+from .ops.folding import FOLDING_LIMITS
+from .ops.registry import OpDef, TensorType, get_op
+from .symbolic import Dim, Shape, format_shape
 
 if TYPE_CHECKING:
     from .dtypes import DTypeLike
@@ -27,22 +34,16 @@ __all__ = [
     "Tensor",
     "tensor",
     "asarray",
-    "zeros",
-    "ones",
-    "full",
-    "empty",
-    "arange",
-    "zeros_like",
-    "ones_like",
-    "full_like",
-    "empty_like",
     "from_dlpack",
+    "dispatch",
+    "call",
 ]
 
 # Small integer tensors carry their contents in their TensorType, so shape arithmetic
-# (Reshape's target, Slice's bounds) is known to ``infer`` rules.
-_VALUE_LIMIT = 64
-_FLOAT_VALUE_LIMIT = 8  # small float vectors too: Resize's scales decide its output shape
+# (Reshape's target, Slice's bounds) is known to ``infer`` rules; small float vectors too
+# (Resize's scales decide its output shape).
+_VALUE_LIMIT = FOLDING_LIMITS.known_ints
+_FLOAT_VALUE_LIMIT = FOLDING_LIMITS.known_floats
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -56,6 +57,8 @@ class Tensor:
     """An immutable n-dimensional array with a dtype, a shape and a device.
 
     Build one with :func:`kiln.tensor` (copies) or :func:`kiln.asarray` (no copy when possible).
+    Its NumPy-style methods and operators are attached by
+    :mod:`kiln.functions.tensor_methods` when kiln is imported.
 
     Example:
         >>> import kiln
@@ -76,7 +79,7 @@ class Tensor:
 
     def __init__(self, data: Any, dtype: DTypeLike | None = None) -> None:
         array = _native(np.array(data, dtype=None if dtype is None else dtypes.as_dtype(dtype)))
-        _check_supported(array)
+        check_supported(array)
         self._data = _readonly(array)
         self._meta = None
         self._trace = None
@@ -91,10 +94,11 @@ class Tensor:
         return t
 
     @classmethod
-    def _abstract(cls, ttype: TensorType, trace: Any) -> Tensor:
-        """A tensor with a type but no values (a tracer's symbolic stand-in)."""
+    def _abstract(cls, ttype: TensorType, trace: Any, data: np.ndarray | None = None) -> Tensor:
+        """A tensor a tracer records: its type, the tracer's reference, and its values when the
+        tracer computed them (``None``: symbolic only)."""
         t = object.__new__(cls)
-        t._data = None
+        t._data = None if data is None else _readonly(data)
         t._meta = ttype
         t._trace = trace
         return t
@@ -142,14 +146,6 @@ class Tensor:
     @property
     def device(self) -> Device:
         return cpu
-
-    @property
-    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
-        return _F.transpose(self)
-
-    @property
-    def mT(self) -> Tensor:  # noqa: N802 - NumPy's name
-        return _F.matrix_transpose(self)
 
     # -- host conversion ------------------------------------------------------------------
 
@@ -286,193 +282,81 @@ class Tensor:
             "value) for an indexed update"
         )
 
-    # -- NumPy protocols ------------------------------------------------------------------
-
-    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from .functions import numpy_protocol
-
-        return numpy_protocol.array_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from .functions import numpy_protocol
-
-        return numpy_protocol.array_function(func, types, args, kwargs)
-
-    # -- operators ------------------------------------------------------------------------
-
-    def __add__(self, other: Any) -> Tensor:
-        return _F.add(self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return _F.add(other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return _F.subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return _F.subtract(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return _F.multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return _F.multiply(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return _F.divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return _F.divide(other, self)
-
-    def __floordiv__(self, other: Any) -> Tensor:
-        return _F.floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> Tensor:
-        return _F.floor_divide(other, self)
-
-    def __mod__(self, other: Any) -> Tensor:
-        return _F.remainder(self, other)
-
-    def __rmod__(self, other: Any) -> Tensor:
-        return _F.remainder(other, self)
-
-    def __pow__(self, other: Any) -> Tensor:
-        return _F.power(self, other)
-
-    def __rpow__(self, other: Any) -> Tensor:
-        return _F.power(other, self)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return _F.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return _F.matmul(other, self)
-
-    def __and__(self, other: Any) -> Tensor:
-        return _F.bitwise_and(self, other)
-
-    def __rand__(self, other: Any) -> Tensor:
-        return _F.bitwise_and(other, self)
-
-    def __or__(self, other: Any) -> Tensor:
-        return _F.bitwise_or(self, other)
-
-    def __ror__(self, other: Any) -> Tensor:
-        return _F.bitwise_or(other, self)
-
-    def __xor__(self, other: Any) -> Tensor:
-        return _F.bitwise_xor(self, other)
-
-    def __rxor__(self, other: Any) -> Tensor:
-        return _F.bitwise_xor(other, self)
-
-    def __invert__(self) -> Tensor:
-        return _F.invert(self)
-
-    def __neg__(self) -> Tensor:
-        return _F.negative(self)
-
     def __pos__(self) -> Tensor:
         return self
 
-    def __abs__(self) -> Tensor:
-        return _F.abs(self)
+    # -- attached by kiln.functions.tensor_methods ----------------------------------------
 
-    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return _F.equal(self, other)
+    if TYPE_CHECKING:
+        # The NumPy-style methods and operators call kiln.functions, which sits above this
+        # module, so that layer attaches them when kiln is imported (jax's array_methods.py
+        # does the same for its Array). Declared here so type checkers and readers see them.
 
-    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return _F.not_equal(self, other)
+        @property
+        def T(self) -> Tensor: ...  # noqa: N802 - NumPy's name
+        @property
+        def mT(self) -> Tensor: ...  # noqa: N802 - NumPy's name
 
-    def __lt__(self, other: Any) -> Tensor:
-        return _F.less(self, other)
+        def __array_ufunc__(
+            self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any
+        ) -> Any: ...
+        def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any: ...
 
-    def __le__(self, other: Any) -> Tensor:
-        return _F.less_equal(self, other)
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __floordiv__(self, other: Any) -> Tensor: ...
+        def __rfloordiv__(self, other: Any) -> Tensor: ...
+        def __mod__(self, other: Any) -> Tensor: ...
+        def __rmod__(self, other: Any) -> Tensor: ...
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __and__(self, other: Any) -> Tensor: ...
+        def __rand__(self, other: Any) -> Tensor: ...
+        def __or__(self, other: Any) -> Tensor: ...
+        def __ror__(self, other: Any) -> Tensor: ...
+        def __xor__(self, other: Any) -> Tensor: ...
+        def __rxor__(self, other: Any) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __eq__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> Tensor: ...
+        def __le__(self, other: Any) -> Tensor: ...
+        def __gt__(self, other: Any) -> Tensor: ...
+        def __ge__(self, other: Any) -> Tensor: ...
+        def __getitem__(self, index: Any) -> Tensor: ...
 
-    def __gt__(self, other: Any) -> Tensor:
-        return _F.greater(self, other)
-
-    def __ge__(self, other: Any) -> Tensor:
-        return _F.greater_equal(self, other)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return _F.getitem(self, index)
-
-    # -- methods (NumPy's names and signatures) ------------------------------------------
-
-    def astype(self, dtype: DTypeLike) -> Tensor:
-        """This tensor converted to ``dtype`` (the same tensor when it already has it)."""
-        return _F.astype(self, dtype)
-
-    def reshape(self, *shape: Any) -> Tensor:
-        """The same values in a new shape; one entry may be -1. ``t.reshape(2, -1)`` or
-        ``t.reshape((2, -1))``."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        return _F.reshape(self, shape)
-
-    def transpose(self, *axes: Any) -> Tensor:
-        """Axes permuted (reversed when none are given)."""
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        return _F.transpose(self, axes or None)
-
-    def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor:
-        return _F.squeeze(self, axis)
-
-    def flatten(self) -> Tensor:
-        return _F.reshape(self, (-1,))
-
-    ravel = flatten
-
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.max(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.min(self, axis=axis, keepdims=keepdims)
-
-    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return _F.argmax(self, axis=axis, keepdims=keepdims)
-
-    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return _F.argmin(self, axis=axis, keepdims=keepdims)
-
-    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
-        return _F.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def std(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
-        return _F.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def any(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.any(self, axis=axis, keepdims=keepdims)
-
-    def all(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return _F.all(self, axis=axis, keepdims=keepdims)
-
-    def cumsum(self, axis: int | None = None) -> Tensor:
-        return _F.cumsum(self, axis=axis)
-
-    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - NumPy's names
-        return _F.clip(self, min, max)
-
-    def round(self, decimals: int = 0) -> Tensor:
-        return _F.round(self, decimals)
-
-    def swapaxes(self, axis1: int, axis2: int) -> Tensor:
-        return _F.swapaxes(self, axis1, axis2)
-
-    def dot(self, other: Any) -> Tensor:
-        return _F.dot(self, other)
+        def astype(self, dtype: DTypeLike) -> Tensor: ...
+        def reshape(self, *shape: Any) -> Tensor: ...
+        def transpose(self, *axes: Any) -> Tensor: ...
+        def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor: ...
+        def flatten(self) -> Tensor: ...
+        def ravel(self) -> Tensor: ...
+        def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor: ...
+        def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor: ...
+        def max(self, axis: Any = None, keepdims: bool = False) -> Tensor: ...
+        def min(self, axis: Any = None, keepdims: bool = False) -> Tensor: ...
+        def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor: ...
+        def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
+        def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
+        def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor: ...
+        def std(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor: ...
+        def any(self, axis: Any = None, keepdims: bool = False) -> Tensor: ...
+        def all(self, axis: Any = None, keepdims: bool = False) -> Tensor: ...
+        def cumsum(self, axis: int | None = None) -> Tensor: ...
+        def clip(self, min: Any = None, max: Any = None) -> Tensor: ...  # noqa: A002
+        def round(self, decimals: int = 0) -> Tensor: ...
+        def swapaxes(self, axis1: int, axis2: int) -> Tensor: ...
+        def dot(self, other: Any) -> Tensor: ...
 
 
 def _native(array: np.ndarray) -> np.ndarray:
@@ -483,7 +367,12 @@ def _native(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _check_supported(array: np.ndarray) -> None:
+# check_supported, check_place and unwrap are shared with kiln.functions.creation (kiln.zeros,
+# kiln.arange, ...), which builds tensors from NumPy arrays the same way.
+
+
+def check_supported(array: np.ndarray) -> None:
+    """Raise ``TypeError`` unless kiln supports ``array``'s dtype."""
     if array.dtype not in dtypes.ALL_DTYPES:
         raise TypeError(
             f"kiln does not support dtype {array.dtype}; expected one of "
@@ -491,16 +380,18 @@ def _check_supported(array: np.ndarray) -> None:
         )
 
 
-def _check_place(device: PlaceLike) -> None:
+def check_place(device: PlaceLike) -> None:
+    """Raise unless ``device`` (``None``: the default) has its backend installed."""
     if device is not None:
         require_backend(as_device(device))
 
 
-def _unwrap(data: Any) -> Any:
+def unwrap(data: Any) -> Any:
+    """``data`` with each tensor (also inside lists and tuples) replaced by its array."""
     if isinstance(data, Tensor):
         return data.numpy()
     if isinstance(data, (list, tuple)):
-        return type(data)(_unwrap(d) for d in data)
+        return type(data)(unwrap(d) for d in data)
     return data
 
 
@@ -511,8 +402,8 @@ def tensor(data: Any, dtype: DTypeLike | None = None, device: PlaceLike = None) 
         >>> tensor([1, 2, 3]).dtype
         dtype('int64')
     """
-    _check_place(device)
-    return Tensor(_unwrap(data), dtype)
+    check_place(device)
+    return Tensor(unwrap(data), dtype)
 
 
 def asarray(data: Any, dtype: DTypeLike | None = None, device: PlaceLike = None) -> Tensor:
@@ -524,98 +415,14 @@ def asarray(data: Any, dtype: DTypeLike | None = None, device: PlaceLike = None)
         >>> np.shares_memory(np.asarray(asarray(a)), a)
         True
     """
-    _check_place(device)
+    check_place(device)
     if isinstance(data, Tensor) and (dtype is None or dtypes.as_dtype(dtype) == data.dtype):
         return data
     want = None if dtype is None else dtypes.as_dtype(dtype)
     if isinstance(data, Tensor):
         return data.astype(want)
-    array = _native(np.asarray(_unwrap(data), dtype=want))
-    _check_supported(array)
-    return Tensor._wrap(array)
-
-
-def _dims(shape: Any) -> tuple[Any, ...]:
-    if isinstance(shape, (int, np.integer, SymDim)):
-        return (shape,)
-    return tuple(shape)
-
-
-def full(
-    shape: Any, fill_value: Any, dtype: DTypeLike | None = None, device: PlaceLike = None
-) -> Tensor:
-    """A tensor of ``shape`` filled with ``fill_value`` (NumPy's default dtypes).
-
-    Sizes may be symbolic inside a trace (``kiln.zeros((x.shape[0], 4))``): the tensor is then
-    computed by a recorded ``ConstantOfShape``.
-    """
-    _check_place(device)
-    want = None if dtype is None else dtypes.as_dtype(dtype)
-    dims = _dims(shape)
-    if not all(isinstance(d, (int, np.integer)) for d in dims):
-        return _F.constant_of_shape(dims, fill_value, want)
-    if any(int(d) < 0 for d in dims):
-        raise OpArgumentError(f"full: negative size in shape {dims}")
-    array = np.full(tuple(int(d) for d in dims), _unwrap(fill_value), dtype=want)
-    _check_supported(array)
-    return Tensor._wrap(array)
-
-
-def zeros(shape: Any, dtype: DTypeLike | None = None, device: PlaceLike = None) -> Tensor:
-    """A tensor of zeros (float64 unless ``dtype`` says otherwise, as NumPy)."""
-    return full(shape, 0, dtypes.float64 if dtype is None else dtype, device)
-
-
-def ones(shape: Any, dtype: DTypeLike | None = None, device: PlaceLike = None) -> Tensor:
-    """A tensor of ones (float64 unless ``dtype`` says otherwise, as NumPy)."""
-    return full(shape, 1, dtypes.float64 if dtype is None else dtype, device)
-
-
-def empty(shape: Any, dtype: DTypeLike | None = None, device: PlaceLike = None) -> Tensor:
-    """A tensor of ``shape``; kiln tensors are immutable, so it is zero-filled."""
-    return zeros(shape, dtype, device)
-
-
-def _like(t: Any, dtype: DTypeLike | None) -> tuple[Any, np.dtype]:
-    t = asarray(t)
-    return t.shape, (t.dtype if dtype is None else dtypes.as_dtype(dtype))
-
-
-def zeros_like(t: Any, dtype: DTypeLike | None = None) -> Tensor:
-    shape, dt = _like(t, dtype)
-    return full(shape, 0, dt)
-
-
-def ones_like(t: Any, dtype: DTypeLike | None = None) -> Tensor:
-    shape, dt = _like(t, dtype)
-    return full(shape, 1, dt)
-
-
-def full_like(t: Any, fill_value: Any, dtype: DTypeLike | None = None) -> Tensor:
-    shape, dt = _like(t, dtype)
-    return full(shape, fill_value, dt)
-
-
-def empty_like(t: Any, dtype: DTypeLike | None = None) -> Tensor:
-    return zeros_like(t, dtype)
-
-
-def arange(
-    start: Any,
-    stop: Any = None,
-    step: Any = 1,
-    dtype: DTypeLike | None = None,
-    device: PlaceLike = None,
-) -> Tensor:
-    """Evenly spaced values in ``[start, stop)``, as ``np.arange``."""
-    _check_place(device)
-    if stop is None:
-        start, stop = 0, start
-    want = None if dtype is None else dtypes.as_dtype(dtype)
-    if not all(isinstance(v, (int, float, np.number)) for v in (start, stop, step)):
-        return _F.range_(start, stop, step, want)  # symbolic bounds: a recorded Range
-    array = np.arange(start, stop, step, dtype=want)
-    _check_supported(array)
+    array = _native(np.asarray(unwrap(data), dtype=want))
+    check_supported(array)
     return Tensor._wrap(array)
 
 
@@ -630,4 +437,48 @@ def from_dlpack(x: Any) -> Tensor:
     return Tensor._wrap(np.from_dlpack(x))
 
 
-from . import functions as _F  # noqa: E402  # the methods above delegate to the function layer
+# -- the dispatch door ----------------------------------------------------------------------
+
+
+def dispatch(
+    op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None = None
+) -> tuple[Tensor, ...]:
+    """Apply operator ``op`` to ``inputs`` (kiln tensors; ``None`` for an omitted optional input).
+
+    Every computation on a tensor comes through here. While a capture handler is installed
+    (:func:`kiln.ops.dispatch.handler_scope`) the call goes to it, and a tracer records it.
+    Otherwise the call is validated with the operator's ``infer`` rule and its CPU kernel runs.
+
+    Returns the tuple of output tensors.
+
+    Example:
+        >>> import kiln
+        >>> (y,) = dispatch("Relu", [kiln.tensor([-1.0, 2.0])])
+        >>> y.tolist()
+        [0.0, 2.0]
+    """
+    opdef = op if isinstance(op, OpDef) else get_op(op)
+    bound = opdef.bind_attrs(attrs)
+    opdef.check_arity(len(inputs))
+    handler = current_handler()
+    if handler is not None:
+        return handler.apply(opdef, inputs, bound)
+    types = [None if t is None else t.type for t in inputs]
+    opdef.infer(types, bound)  # validates the call; raises errors that name the operator
+    arrays = [None if t is None else t._data for t in inputs]
+    return tuple(Tensor._wrap(a) for a in run_kernel(opdef, arrays, bound))
+
+
+def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
+    """:func:`dispatch` for a single-output operator, returning that output.
+
+    Example:
+        >>> import kiln
+        >>> call("Relu", kiln.tensor([-1.0, 2.0])).tolist()
+        [0.0, 2.0]
+    """
+    outputs = dispatch(op, inputs, attrs)
+    if len(outputs) != 1:
+        name = op if isinstance(op, str) else op.name
+        raise OpArgumentError(f"{name} has {len(outputs)} outputs; use dispatch() to get them all")
+    return outputs[0]

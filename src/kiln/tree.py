@@ -10,7 +10,7 @@ Example:
     >>> leaves
     [2, 3, 1]
     >>> unflatten(spec, [4, 5, 6])
-    {'b': (4, 5), 'w': 6}
+    {'w': 6, 'b': (4, 5)}
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import optree
 from optree import PyTreeSpec as TreeSpec
+
+from .tensor import Tensor
 
 __all__ = ["TreeSpec", "flatten", "flatten_with_paths", "unflatten", "path_name", "is_leaf_tensor"]
 
@@ -51,8 +54,4 @@ def path_name(path: tuple[Any, ...]) -> str:
 
 def is_leaf_tensor(x: Any) -> bool:
     """True for the leaves that become graph inputs: kiln tensors and NumPy arrays."""
-    import numpy as np
-
-    from .tensor import Tensor
-
     return isinstance(x, (Tensor, np.ndarray))

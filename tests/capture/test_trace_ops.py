@@ -6,8 +6,8 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError
-from kiln.ops.dispatch import dispatch
 from kiln.ops.registry import all_ops
+from kiln.tensor import dispatch
 
 from ..numerics import assert_close
 

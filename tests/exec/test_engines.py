@@ -18,8 +18,8 @@ import pytest
 import kiln
 from kiln.errors import DeviceUnavailableError, UnsupportedOperationError
 from kiln.exec import ENGINES, build_plan
-from kiln.ops.dispatch import dispatch
 from kiln.ops.registry import OpDef, Sample, all_ops
+from kiln.tensor import dispatch
 
 from ..numerics import assert_close, tolerance
 

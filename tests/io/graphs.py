@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 import kiln
-from kiln.ops.dispatch import dispatch
 from kiln.ops.registry import OpDef, Sample
+from kiln.tensor import dispatch
 
 
 def one_node_graph(op: OpDef, sample: Sample) -> tuple[kiln.io.ModelGraph, list[np.ndarray]]:

@@ -10,10 +10,10 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError, OpTypeError
-from kiln.ops.dispatch import call, dispatch
 from kiln.ops.elementwise import erf
 from kiln.ops.registry import TensorType, get_op
 from kiln.symbolic import SymDim, dim_max, dim_min, floordiv, mod, symbol
+from kiln.tensor import call, dispatch
 
 from ..numerics import assert_close
 

@@ -8,10 +8,11 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError, OpTypeError
-from kiln.ops import dispatch, get_op
+from kiln.ops import get_op
 from kiln.ops.linalg import einsum_shape, parse_einsum
 from kiln.ops.registry import TensorType
 from kiln.symbolic import symbol
+from kiln.tensor import dispatch
 
 B, S, N = symbol("B"), symbol("S"), symbol("N")
 F32 = np.dtype(np.float32)

@@ -11,10 +11,10 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError, OpTypeError
-from kiln.ops.dispatch import dispatch
 from kiln.ops.registry import TensorType, get_op
 from kiln.ops.sampling import sample_array
 from kiln.symbolic import SymDim, evaluate, symbol
+from kiln.tensor import dispatch
 
 from ..numerics import assert_close
 

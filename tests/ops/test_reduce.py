@@ -9,9 +9,10 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError, OpTypeError
-from kiln.ops import dispatch, get_op
+from kiln.ops import get_op
 from kiln.ops.registry import TensorType
 from kiln.symbolic import symbol
+from kiln.tensor import dispatch
 
 B, S = symbol("B"), symbol("S")
 F32 = np.dtype(np.float32)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ops.dispatch import dispatch, run_kernel
+from kiln.ops.dispatch import run_kernel
 from kiln.ops.registry import TensorType, all_ops
 from kiln.symbolic import SymDim
+from kiln.tensor import dispatch
 
 from ..numerics import assert_close
 

@@ -8,10 +8,10 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError
-from kiln.ops.dispatch import dispatch
 from kiln.ops.registry import DATA_DEPENDENT_SHAPE, TensorType, get_op
 from kiln.ops.shape import INT64_MAX, INT64_MIN
 from kiln.symbolic import SymDim, evaluate, symbol
+from kiln.tensor import dispatch
 
 from ..numerics import assert_close
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from kiln.ops import call
 from kiln.optim import fuse_gelu, simplify_algebra
+from kiln.tensor import call
 
 from ..numerics import assert_close
 from .graphs import ops, run, traced

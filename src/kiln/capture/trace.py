@@ -1,6 +1,6 @@
 """Recording: a :class:`Tracer` receives every operator call and builds a ``ModelGraph``.
 
-While a tracer is installed (``handler_scope``), :func:`kiln.ops.dispatch.dispatch` hands it
+While a tracer is installed (``handler_scope``), :func:`kiln.tensor.dispatch` hands it
 each call. The tracer looks up (or creates) the graph value of each input tensor, runs the
 operator's ``infer`` rule on the *symbolic* types, records a node, and, when the inputs have
 values, also runs the kernel, so the traced function sees real results. Its outputs are tensors
@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOperationError
-from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
+from ..ir.builder import GraphBuilder
+from ..ir.graph import ModelGraph, NameScope, Node, Value
 from ..ops.dispatch import handler_scope, run_kernel
 from ..ops.registry import ELEMENTWISE, OpDef, TensorType
 from ..source import user_source
 from ..spec import TensorSpec
 from ..symbolic import Dim, SymDim, format_shape, symbol
-from ..tensor import Tensor, _readonly
+from ..tensor import Tensor, call
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
 
@@ -44,10 +45,7 @@ class Tracer:
 
     def __init__(self, *, compute: bool = True) -> None:
         self.compute = compute
-        self.scope = NameScope()
-        self.inputs: list[Value] = []
-        self.nodes: list[Node] = []
-        self.constants: list[Constant] = []
+        self.builder = GraphBuilder()  # the recorded inputs, constants and nodes
         self._constant_of: dict[int, tuple[Tensor, Value]] = {}  # id(tensor) -> (tensor, value)
         self._symbol_source: dict[str, tuple[Tensor, int]] = {}  # symbol -> (tensor, axis)
         self._size_tensors: dict[Dim, Tensor] = {}
@@ -58,12 +56,8 @@ class Tracer:
 
     def add_input(self, name: str, ttype: TensorType, data: np.ndarray | None) -> Tensor:
         """A graph input and the recording tensor that stands for it."""
-        value = Value(name, ttype)
-        self.scope.reserve(name)
-        self.inputs.append(value)
-        t = Tensor._abstract(ttype, TraceRef(self, value))
-        if data is not None:
-            t._data = _readonly(data)
+        value = self.builder.add_input(name, ttype)
+        t = Tensor._abstract(ttype, TraceRef(self, value), data)
         self._note_symbols(t)
         return t
 
@@ -88,9 +82,7 @@ class Tracer:
         if known is not None:
             return known[1]
         assert t._data is not None
-        data = t._data
-        value = Value(self.scope.fresh("const"), t.type)
-        self.constants.append(Constant(value, data))
+        value = self.builder.add_constant(t._data)  # read-only: shares the tensor's memory
         self._constant_of[id(t)] = (t, value)  # holding t keeps id(t) from being reused
         return value
 
@@ -98,22 +90,18 @@ class Tracer:
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
     ) -> tuple[Tensor, ...]:
         in_values = tuple(None if t is None else self.value_of(t) for t in inputs)
-        out_types = list(op.infer([None if v is None else v.type for v in in_values], attrs))
+        outs = self.builder.add(op, in_values, attrs, source=user_source())
+        out_types = [v.type for v in outs]
         results: tuple[np.ndarray, ...] | None = None
         if self.compute and all(t is None or t._data is not None for t in inputs):
             arrays = [None if t is None else t._data for t in inputs]
             results = run_kernel(op, arrays, attrs)
             _check_kernel(op, out_types, results)
         self._note_pins(op, attrs, in_values, out_types)
-        hint = snake_case(op.name)
-        outs = tuple(Value(self.scope.fresh(hint), ttype) for ttype in out_types)
-        node = Node(op.qualified_name, in_values, outs, dict(attrs), outs[0].name, user_source())
-        self.nodes.append(node)
         tensors = []
         for i, value in enumerate(outs):
-            t = Tensor._abstract(value.type, TraceRef(self, value))
-            if results is not None:
-                t._data = _readonly(results[i])
+            data = None if results is None else results[i]
+            t = Tensor._abstract(value.type, TraceRef(self, value), data)
             self._note_symbols(t)
             tensors.append(t)
         return tuple(tensors)
@@ -187,7 +175,6 @@ class Tracer:
         if cached is not None:
             return cached
         from ..functions.operands import constant
-        from ..ops.dispatch import call
 
         def const(n: int) -> Tensor:
             return constant(np.asarray([n], dtype=np.int64))
@@ -243,8 +230,9 @@ class Tracer:
         """
         from ..ops.registry import get_op
 
-        passthrough = {id(v) for v in self.inputs} | {id(c.value) for c in self.constants}
-        scope = NameScope([v.name for v in self.inputs] + [c.value.name for c in self.constants])
+        inputs, constants = self.builder.inputs, self.builder.constants
+        passthrough = {id(v) for v in inputs} | {id(c.value) for c in constants}
+        scope = NameScope([v.name for v in inputs] + [c.value.name for c in constants])
         renames: dict[int, str] = {}
         out_values: list[Value] = []
         for t, out_name in zip(outputs, output_names):
@@ -255,7 +243,7 @@ class Tracer:
                 value = copy._trace.value
             renames[id(value)] = scope.fresh(out_name)
             out_values.append(value)
-        graph = _rename(self, name, out_values, renames)
+        graph = _rename(self.builder.graph(name, out_values), renames)
         if self.pins:
             from ..optim.specialize import specialize_graph
 
@@ -263,16 +251,14 @@ class Tracer:
         return graph
 
 
-def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, str]) -> ModelGraph:
+def _rename(graph: ModelGraph, renames: dict[int, str]) -> ModelGraph:
     """Rebuild the recorded nodes so the output values carry the output names."""
-    taken = {v.name for v in tracer.inputs} | {c.value.name for c in tracer.constants}
-    for node in tracer.nodes:
-        taken.update(v.name for v in node.outputs)
+    taken = {v.name for v in graph.values()}
     # An output name may collide with an auto-generated name: move the other value aside.
     scope = NameScope(taken | set(renames.values()))
     mapping: dict[int, Value] = {}
     wanted = set(renames.values())
-    for node in tracer.nodes:
+    for node in graph.nodes:
         for v in node.outputs:
             if id(v) in renames:
                 mapping[id(v)] = Value(renames[id(v)], v.type)
@@ -283,7 +269,7 @@ def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, 
         return None if v is None else mapping.get(id(v), v)
 
     nodes = []
-    for node in tracer.nodes:
+    for node in graph.nodes:
         outs = tuple(sub(v) for v in node.outputs)
         nodes.append(
             Node(
@@ -295,13 +281,8 @@ def _rename(tracer: Tracer, name: str, outputs: list[Value], renames: dict[int, 
                 node.source,
             )
         )
-    return ModelGraph(
-        name,
-        tracer.inputs,
-        [v for v in (sub(v) for v in outputs) if v is not None],
-        nodes,
-        tracer.constants,
-    )
+    outputs = [v for v in (sub(v) for v in graph.output_values) if v is not None]
+    return graph.with_body(nodes, outputs)
 
 
 def _check_kernel(op: OpDef, types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -> None:

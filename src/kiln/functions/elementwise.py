@@ -2,7 +2,7 @@
 
 Each function takes tensors, arrays or Python scalars, resolves dtypes exactly as the NumPy ufunc
 of the same name would (:func:`~kiln.functions.operands.ufunc_operands`), and lowers onto
-registry operators through :func:`~kiln.ops.dispatch.call`. Each is registered for NumPy's
+registry operators through :func:`~kiln.tensor.call`. Each is registered for NumPy's
 protocol with :func:`~kiln.functions.numpy_protocol.implements`, so ``np.exp(t)`` runs it.
 
 Where Python/NumPy semantics differ from the ONNX operator's, the lowering composes operators
@@ -21,8 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
-from ..ops.dispatch import call
-from ..tensor import Tensor
+from ..tensor import Tensor, call
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, same_dtype_operands, ufunc_operands
 

@@ -20,10 +20,10 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, UnsupportedOperationError
-from ..ops.dispatch import call
 from ..ops.linalg import MATMUL_DTYPES
+from ..ops.rules import normalize_axis
 from ..symbolic import format_shape
-from ..tensor import Tensor
+from ..tensor import Tensor, call
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, shape_tensor, ufunc_operands
 from .reduce import normalize_axis_arg
@@ -206,11 +206,7 @@ def _axis_list(name: str, axes: Any, ndim: int) -> list[int]:
     result = []
     for item in items:
         ax = operator.index(item)
-        if not -ndim <= ax < ndim:
-            raise OpArgumentError(
-                f"{name}: axis {ax} is out of bounds for an array of dimension {ndim}"
-            )
-        result.append(ax % ndim)
+        result.append(normalize_axis(name, ax, ndim, scalar=False, numpy_wording=True))
     if len(set(result)) != len(result):
         raise OpArgumentError(f"{name}: repeated axis in {axes}")
     return result

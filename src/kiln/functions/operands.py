@@ -16,9 +16,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import CaptureError, OpTypeError
-from ..ops.dispatch import call, current_handler
+from ..ops.dispatch import current_handler
 from ..symbolic import Dim, SymDim
-from ..tensor import Tensor
+from ..tensor import Tensor, call
 
 __all__ = [
     "as_tensor",
@@ -75,7 +75,7 @@ def cast(x: Tensor, dtype: np.dtype) -> Tensor:
 
 def dtype_code(dtype: np.dtype) -> int:
     """The ONNX ``TensorProto`` data type number of ``dtype`` (Cast's ``to`` attribute)."""
-    from ..ops.elementwise import onnx_dtype_code
+    from ..dtypes import onnx_dtype_code
 
     return onnx_dtype_code(dtype)
 

@@ -22,11 +22,11 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError, UnsupportedOperationError
-from ..ops.dispatch import call, dispatch
 from ..ops.reduce import ACCUMULATE_DTYPES, ORDERED_DTYPES
+from ..ops.rules import normalize_axis
 from ..symbolic import Dim, SymDim, format_shape
 from ..symbolic import prod as dim_prod
-from ..tensor import Tensor
+from ..tensor import Tensor, call, dispatch
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, shape_tensor
 
@@ -104,11 +104,7 @@ def normalize_axis_arg(name: str, axis: Any, ndim: int) -> tuple[int, ...] | Non
             ) from None
         if ndim == 0 and a in (0, -1):
             continue
-        if not -ndim <= a < ndim:
-            raise OpArgumentError(
-                f"{name}: axis {a} is out of bounds for an array of dimension {ndim}"
-            )
-        result.append(a % ndim)
+        result.append(normalize_axis(name, a, ndim, scalar=False, numpy_wording=True))
     if len(set(result)) != len(result):
         raise OpArgumentError(f"{name}: duplicate value in 'axis': {axis}")
     return tuple(sorted(result))
@@ -368,12 +364,9 @@ def _arg(name: str, op: str, a: Any, axis: Any, keepdims: bool, out: Any) -> Ten
         ax = operator.index(axis)
         if x.ndim == 0 and ax in (0, -1):
             axis = None  # NumPy allows axis 0 of a 0-d array
-        elif not -x.ndim <= ax < x.ndim:
-            raise OpArgumentError(
-                f"{name}: axis {ax} is out of bounds for an array of dimension {x.ndim}"
-            )
         else:
-            return call(op, x, axis=ax % x.ndim, keepdims=int(keepdims))
+            ax = normalize_axis(name, ax, x.ndim, scalar=False, numpy_wording=True)
+            return call(op, x, axis=ax, keepdims=int(keepdims))
     # axis=None: the index into the flattened array.
     flat = call("Reshape", x, shape_tensor([-1]))
     index = call(op, flat, axis=0, keepdims=0)
@@ -563,10 +556,7 @@ def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tens
         ax = 0
     else:
         ax = operator.index(axis)
-        if not -x.ndim <= ax < x.ndim:
-            raise OpArgumentError(
-                f"cumsum: axis {ax} is out of bounds for an array of dimension {x.ndim}"
-            )
+        ax = normalize_axis("cumsum", ax, x.ndim, scalar=False, numpy_wording=True)
     axis_t = constant(np.asarray(ax % x.ndim, dtype=np.int64))
     return _in_supported(cast(x, target), ACCUMULATE_DTYPES, lambda t: call("CumSum", t, axis_t))
 

@@ -1,7 +1,7 @@
 """Shape and layout front doors (``kiln.reshape``, ``kiln.concatenate``, indexing, ...).
 
 Each function follows its NumPy 2 namesake (signature, dtypes, errors) and lowers onto the
-shape-family operators of :mod:`kiln.ops.shape` through :func:`~kiln.ops.dispatch.call`, so it is
+shape-family operators of :mod:`kiln.ops.shape` through :func:`~kiln.tensor.call`, so it is
 recorded inside a trace. Sizes may be symbolic there: shape-like operands are built with
 :func:`~kiln.functions.operands.shape_tensor` or taken from a recorded ``Shape``, never from
 host values, and plain int bounds rely on the operators' clamping, which works for every size.
@@ -21,10 +21,10 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import UnsupportedOperationError
-from ..ops.dispatch import call, dispatch
+from ..ops.rules import normalize_axis
 from ..ops.shape import INT64_MAX, INT64_MIN
 from ..symbolic import Dim, Shape, SymDim, broadcast_shapes, format_shape
-from ..tensor import Tensor
+from ..tensor import Tensor, call, dispatch
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, is_scalar, same_dtype_operands, shape_tensor
 
@@ -71,11 +71,8 @@ def _i64(values: Sequence[int]) -> Tensor:
 
 
 def _axis(axis: Any, ndim: int) -> int:
-    """``axis`` normalised to ``[0, ndim)``, raising NumPy's AxisError otherwise."""
-    a = operator.index(axis)
-    if not -ndim <= a < ndim:
-        raise np.exceptions.AxisError(a, ndim)
-    return a % ndim
+    """``axis`` normalised to ``[0, ndim)``, raising AxisError (NumPy's too) otherwise."""
+    return normalize_axis("", operator.index(axis), ndim, scalar=False, numpy_wording=True)
 
 
 def _axes(axis: Any, ndim: int) -> tuple[int, ...]:

@@ -1,10 +1,11 @@
-"""The one door every operator call goes through.
+"""What the dispatch door needs below the tensor layer: the capture handler, and kernels on arrays.
 
-:func:`dispatch` is called by all three front doors (Tensor methods, ``kiln.*``/``kiln.nn.*``
-functions, and NumPy's ``__array_ufunc__``/``__array_function__`` protocols). Outside a capture it
-validates the call with the operator's ``infer`` rule and runs its CPU kernel. While a tracer is
-installed (:func:`handler_scope`) the call goes to the tracer instead, which records it; nothing
-can compute on a kiln tensor without passing here.
+Every operator call on kiln tensors goes through one door, :func:`kiln.tensor.dispatch` (called by
+Tensor methods, ``kiln.*``/``kiln.nn.*`` functions, and NumPy's ``__array_ufunc__`` /
+``__array_function__`` protocols). While a tracer is installed (:func:`handler_scope`) the door
+hands the call to it, which records it; otherwise it runs the operator's kernel with
+:func:`run_kernel`. This module knows operators and arrays but no ``Tensor``: it is shared with
+the executors and passes that run kernels on arrays.
 """
 
 from __future__ import annotations
@@ -16,15 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..errors import OpArgumentError
-from .registry import OpDef, get_op
+from .registry import OpDef
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 __all__ = [
-    "dispatch",
-    "call",
     "Handler",
     "handler_scope",
     "current_handler",
@@ -69,33 +67,6 @@ def handler_scope(handler: Handler | None) -> Iterator[None]:
         _handler.reset(token)
 
 
-def dispatch(
-    op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None = None
-) -> tuple[Tensor, ...]:
-    """Apply operator ``op`` to ``inputs`` (kiln tensors; ``None`` for an omitted optional input).
-
-    Returns the tuple of output tensors.
-
-    Example:
-        >>> import kiln
-        >>> (y,) = dispatch("Relu", [kiln.tensor([-1.0, 2.0])])
-        >>> y.tolist()
-        [0.0, 2.0]
-    """
-    opdef = op if isinstance(op, OpDef) else get_op(op)
-    bound = opdef.bind_attrs(attrs)
-    opdef.check_arity(len(inputs))
-    handler = _handler.get()
-    if handler is not None:
-        return handler.apply(opdef, inputs, bound)
-    from ..tensor import Tensor
-
-    types = [None if t is None else t.type for t in inputs]
-    opdef.infer(types, bound)  # validates the call; raises errors that name the operator
-    arrays = [None if t is None else t._data for t in inputs]
-    return tuple(Tensor._wrap(a) for a in run_kernel(opdef, arrays, bound))
-
-
 def run_kernel(
     opdef: OpDef, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
 ) -> tuple[np.ndarray, ...]:
@@ -116,12 +87,3 @@ def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
     if isinstance(result, (tuple, list)):
         return tuple(r if type(r) is np.ndarray else np.asarray(r) for r in result)
     return (np.asarray(result),)
-
-
-def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
-    """:func:`dispatch` for a single-output operator, returning that output."""
-    outputs = dispatch(op, inputs, attrs)
-    if len(outputs) != 1:
-        name = op if isinstance(op, str) else op.name
-        raise OpArgumentError(f"{name} has {len(outputs)} outputs; use dispatch() to get them all")
-    return outputs[0]

@@ -1,0 +1,267 @@
+"""``Tensor``'s NumPy-style methods and operators, attached to :class:`kiln.Tensor` from here.
+
+``kiln.tensor`` sits below the functions layer, so ``Tensor`` cannot call ``kiln.sum`` itself. As
+jax's ``jax/_src/numpy/array_methods.py`` does for its ``Array``, this module holds the methods
+that lower onto kiln functions, and :func:`set_tensor_methods`, which ``kiln.functions`` calls
+when it is imported (``import kiln`` imports it, so every tensor a user sees has them), puts them
+on the class. They are real functions on ``Tensor``: ``help(kiln.Tensor)`` lists them, and
+``kiln/tensor.py`` declares their signatures for type checkers.
+
+A binary operator is the kiln function itself (``Tensor.__add__ is kiln.add``) and its reflected
+form swaps the operands; a method with NumPy's method signature (``t.reshape(2, -1)``) adapts its
+arguments and calls the function.
+
+Example:
+    >>> import kiln
+    >>> t = kiln.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> (1 - t.T).sum(axis=0).tolist()
+    [-1.0, -5.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..tensor import Tensor
+from . import elementwise, linalg, reduce, shape
+from .numpy_protocol import array_function, array_ufunc
+
+if TYPE_CHECKING:
+    from ..dtypes import DTypeLike
+
+__all__ = ["set_tensor_methods"]
+
+# -- operators ------------------------------------------------------------------------------
+
+# name: (function, symbol). Tensor.__<name>__ is the function; Tensor.__r<name>__ swaps operands.
+_BINARY_OPERATORS: dict[str, tuple[Callable[[Any, Any], Tensor], str]] = {
+    "add": (elementwise.add, "+"),
+    "sub": (elementwise.subtract, "-"),
+    "mul": (elementwise.multiply, "*"),
+    "truediv": (elementwise.divide, "/"),
+    "floordiv": (elementwise.floor_divide, "//"),
+    "mod": (elementwise.remainder, "%"),
+    "pow": (elementwise.power, "**"),
+    "matmul": (linalg.matmul, "@"),
+    "and": (elementwise.bitwise_and, "&"),
+    "or": (elementwise.bitwise_or, "|"),
+    "xor": (elementwise.bitwise_xor, "^"),
+}
+
+# Comparisons (elementwise, as NumPy's: ``t == u`` is a bool tensor), unary operators, indexing.
+_OPERATORS: dict[str, Callable[..., Tensor]] = {
+    "__eq__": elementwise.equal,
+    "__ne__": elementwise.not_equal,
+    "__lt__": elementwise.less,
+    "__le__": elementwise.less_equal,
+    "__gt__": elementwise.greater,
+    "__ge__": elementwise.greater_equal,
+    "__invert__": elementwise.invert,
+    "__neg__": elementwise.negative,
+    "__abs__": elementwise.abs,
+    "__getitem__": shape.getitem,
+}
+
+
+def _reflected(name: str, fn: Callable[[Any, Any], Tensor], symbol: str) -> Callable[..., Tensor]:
+    """``Tensor.__r<name>__``: ``other <symbol> self``, i.e. ``fn(other, self)``."""
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        return fn(other, self)
+
+    method.__name__ = f"__r{name}__"
+    method.__qualname__ = f"Tensor.__r{name}__"
+    method.__doc__ = f"``other {symbol} self``: :func:`kiln.{fn.__name__}` (other, self)."
+    return method
+
+
+# -- NumPy protocols ------------------------------------------------------------------------
+
+
+def _array_ufunc(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    """NumPy's ufunc protocol: ``np.add(t, 1)`` runs :func:`kiln.add` (see ``numpy_protocol``)."""
+    return array_ufunc(ufunc, method, inputs, kwargs)
+
+
+def _array_function(self: Tensor, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    """NumPy's function protocol: ``np.concatenate([t, u])`` runs :func:`kiln.concatenate`."""
+    return array_function(func, types, args, kwargs)
+
+
+# -- methods (NumPy's names and signatures) ------------------------------------------------
+
+
+def _transpose_property(self: Tensor) -> Tensor:
+    """The tensor with its axes reversed (``np.ndarray.T``)."""
+    return shape.transpose(self)
+
+
+def _matrix_transpose_property(self: Tensor) -> Tensor:
+    """The tensor with its last two axes swapped (``np.ndarray.mT``)."""
+    return shape.matrix_transpose(self)
+
+
+def _astype(self: Tensor, dtype: DTypeLike) -> Tensor:
+    """This tensor converted to ``dtype`` (the same tensor when it already has it)."""
+    return elementwise.astype(self, dtype)
+
+
+def _reshape(self: Tensor, *dims: Any) -> Tensor:
+    """The same values in a new shape; one entry may be -1. ``t.reshape(2, -1)`` or
+    ``t.reshape((2, -1))``."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    return shape.reshape(self, dims)
+
+
+def _transpose(self: Tensor, *axes: Any) -> Tensor:
+    """Axes permuted (reversed when none are given)."""
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        axes = tuple(axes[0])
+    return shape.transpose(self, axes or None)
+
+
+def _squeeze(self: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
+    """Size-1 axes removed (all of them, or those in ``axis``): :func:`kiln.squeeze`."""
+    return shape.squeeze(self, axis)
+
+
+def _flatten(self: Tensor) -> Tensor:
+    """The values as a 1-D tensor (``flatten`` and ``ravel``)."""
+    return shape.reshape(self, (-1,))
+
+
+def _sum(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.sum` of this tensor."""
+    return reduce.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def _mean(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.mean` of this tensor."""
+    return reduce.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def _max(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.max` of this tensor."""
+    return reduce.max(self, axis=axis, keepdims=keepdims)
+
+
+def _min(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.min` of this tensor."""
+    return reduce.min(self, axis=axis, keepdims=keepdims)
+
+
+def _prod(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.prod` of this tensor."""
+    return reduce.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def _argmax(self: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.argmax` of this tensor."""
+    return reduce.argmax(self, axis=axis, keepdims=keepdims)
+
+
+def _argmin(self: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.argmin` of this tensor."""
+    return reduce.argmin(self, axis=axis, keepdims=keepdims)
+
+
+def _var(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.var` of this tensor."""
+    return reduce.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+
+def _std(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.std` of this tensor."""
+    return reduce.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+
+def _any(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.any` of this tensor."""
+    return reduce.any(self, axis=axis, keepdims=keepdims)
+
+
+def _all(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """:func:`kiln.all` of this tensor."""
+    return reduce.all(self, axis=axis, keepdims=keepdims)
+
+
+def _cumsum(self: Tensor, axis: int | None = None) -> Tensor:
+    """:func:`kiln.cumsum` of this tensor."""
+    return reduce.cumsum(self, axis=axis)
+
+
+def _clip(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - NumPy's names
+    """:func:`kiln.clip` of this tensor to ``[min, max]``."""
+    return elementwise.clip(self, min, max)
+
+
+def _round(self: Tensor, decimals: int = 0) -> Tensor:
+    """:func:`kiln.round` of this tensor."""
+    return elementwise.round(self, decimals)
+
+
+def _swapaxes(self: Tensor, axis1: int, axis2: int) -> Tensor:
+    """:func:`kiln.swapaxes` of this tensor."""
+    return shape.swapaxes(self, axis1, axis2)
+
+
+def _dot(self: Tensor, other: Any) -> Tensor:
+    """:func:`kiln.dot` of this tensor and ``other``."""
+    return linalg.dot(self, other)
+
+
+_METHODS: dict[str, Callable[..., Any]] = {
+    "__array_ufunc__": _array_ufunc,
+    "__array_function__": _array_function,
+    "astype": _astype,
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "squeeze": _squeeze,
+    "flatten": _flatten,
+    "ravel": _flatten,
+    "sum": _sum,
+    "mean": _mean,
+    "max": _max,
+    "min": _min,
+    "prod": _prod,
+    "argmax": _argmax,
+    "argmin": _argmin,
+    "var": _var,
+    "std": _std,
+    "any": _any,
+    "all": _all,
+    "cumsum": _cumsum,
+    "clip": _clip,
+    "round": _round,
+    "swapaxes": _swapaxes,
+    "dot": _dot,
+}
+
+_PROPERTIES: dict[str, Callable[[Tensor], Tensor]] = {
+    "T": _transpose_property,
+    "mT": _matrix_transpose_property,
+}
+
+
+def set_tensor_methods() -> None:
+    """Attach the operators, NumPy protocols, methods and properties above to ``Tensor``.
+
+    Idempotent; ``kiln.functions`` calls it once when it is imported.
+
+    Example:
+        >>> import kiln
+        >>> set_tensor_methods()
+        >>> kiln.Tensor.__add__ is kiln.add
+        True
+    """
+    for name, (fn, symbol) in _BINARY_OPERATORS.items():
+        setattr(Tensor, f"__{name}__", fn)
+        setattr(Tensor, f"__r{name}__", _reflected(name, fn, symbol))
+    for name, method in {**_OPERATORS, **_METHODS}.items():
+        setattr(Tensor, name, method)
+    for name, getter in _PROPERTIES.items():
+        setattr(Tensor, name, property(getter))
