@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kiln
@@ -18,6 +19,9 @@ HIERARCHY = [
     (errors.GraphValidationError, ValueError),
     (errors.OpArgumentError, ValueError),
     (errors.OpTypeError, TypeError),
+    (errors.AxisError, errors.OpArgumentError),
+    (errors.AxisError, IndexError),  # NumPy's AxisError is a ValueError and an IndexError
+    (errors.AxisError, np.exceptions.AxisError),
 ]
 
 SPEC_ERRORS = [

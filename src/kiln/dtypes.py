@@ -40,6 +40,8 @@ __all__ = [
     "FLOAT_DTYPES",
     "INT_DTYPES",
     "NUMERIC_DTYPES",
+    "onnx_dtype_code",
+    "dtype_from_onnx_code",
 ]
 
 DType = np.dtype
@@ -126,3 +128,46 @@ def is_signed_integer(dtype: np.dtype) -> bool:
 def is_bool(dtype: np.dtype) -> bool:
     """True for bool."""
     return dtype == bool_
+
+
+# ONNX TensorProto.DataType numbers: Cast's ``to`` attribute, stash types, and the element
+# types of ONNX files.
+_ONNX_CODES: dict[np.dtype, int] = {
+    float32: 1,
+    uint8: 2,
+    int8: 3,
+    uint16: 4,
+    int16: 5,
+    int32: 6,
+    int64: 7,
+    bool_: 9,
+    float16: 10,
+    float64: 11,
+    uint32: 12,
+    uint64: 13,
+    bfloat16: 16,
+}
+_FROM_ONNX = {code: dt for dt, code in _ONNX_CODES.items()}
+
+
+def onnx_dtype_code(dtype: DTypeLike) -> int:
+    """The ONNX ``TensorProto`` data type number of a kiln dtype.
+
+    Example:
+        >>> onnx_dtype_code(float32), onnx_dtype_code("int64")
+        (1, 7)
+    """
+    return _ONNX_CODES[as_dtype(dtype)]
+
+
+def dtype_from_onnx_code(code: int) -> np.dtype:
+    """The kiln dtype of an ONNX ``TensorProto`` data type number.
+
+    Example:
+        >>> dtype_from_onnx_code(16) == bfloat16
+        True
+    """
+    try:
+        return _FROM_ONNX[int(code)]
+    except KeyError:
+        raise OpTypeError(f"ONNX data type {code} is not supported by kiln") from None

@@ -7,6 +7,8 @@ for the same mistake (``ValueError`` for a bad value, ``TypeError`` for a bad ty
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = [
     "KilnError",
     "CaptureError",
@@ -18,6 +20,7 @@ __all__ = [
     "GraphValidationError",
     "OpArgumentError",
     "OpTypeError",
+    "AxisError",
     "RecaptureWarning",
     "CaptureWarning",
 ]
@@ -65,6 +68,18 @@ class OpArgumentError(KilnError, ValueError):
 
 class OpTypeError(KilnError, TypeError):
     """An operator was called with an input of a dtype it does not accept."""
+
+
+class AxisError(OpArgumentError, np.exceptions.AxisError):
+    """An axis argument outside the axes of the tensor it indexes.
+
+    Also NumPy's own ``AxisError`` (so both ``ValueError`` and ``IndexError``): code written
+    against NumPy catches it as it catches NumPy's.
+
+    Example:
+        >>> issubclass(AxisError, (ValueError, IndexError)), str(AxisError("sum: axis 2"))
+        (True, 'sum: axis 2')
+    """
 
 
 class RecaptureWarning(UserWarning):

@@ -6,9 +6,10 @@ attribute set is bound as a default argument of the generated function, so the h
 local-variable loads and calls only: no per-node interpretation loop, no environment list, no
 dict lookups. Planning also
 
-* picks a kernel per node: the registry kernel, or a faster equivalent where the node's types
-  allow one (``np.divide`` for a float Div, ``np.matmul`` for a float32/float64 MatMul,
-  ``x.reshape(shape)`` for a Reshape whose output shape is static, ...);
+* picks a kernel per node: the registry kernel, or the faster call its record offers
+  (``OpDef.fast_kernel``) where the node's types allow one (``np.divide`` for a float Div,
+  ``np.matmul`` for a float32/float64 MatMul, ``x.reshape(shape)`` for a Reshape whose output
+  shape is static, ...);
 * folds at plan time what the graph already determines: constants and static shapes flow
   through small shape-computing nodes (``Shape``, ``Gather`` of a shape, ``Concat`` ...), so an
   unoptimized static graph does no shape arithmetic per run;
@@ -32,13 +33,13 @@ from __future__ import annotations
 import contextvars
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..ops.dispatch import as_outputs
-from ..ops.registry import ELEMENTWISE, PURE, SHAPE, get_op
+from ..ops.folding import FOLDING_LIMITS
+from ..ops.registry import ELEMENTWISE, PURE, SHAPE_ONLY, KernelCall, get_op, same_dtype
 from .inputs import InputChecker
 from .plan import Plan
 
@@ -51,7 +52,7 @@ __all__ = ["CpuPlan", "quiet_errors"]
 # or statement costs more than NumPy's small-array allocation.
 REUSE_MIN_ELEMENTS = 4096
 # Plan-time folding runs kernels on known values only up to this many output elements.
-FOLD_MAX_ELEMENTS = 4096
+FOLD_MAX_ELEMENTS = FOLDING_LIMITS.plan
 
 
 # -- silencing floating-point warnings once per run ----------------------------------------
@@ -99,23 +100,6 @@ def quiet_errors() -> Callable[[], Callable[[], None]]:
 # -- kernel choice --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Step:
-    """How one node runs: ``call`` is a Python expression over the names in ``args`` (the
-    node's inputs, ``{0}``, ``{1}``...) and the bound objects in ``binds``; ``fresh`` says the
-    result is a new array the run owns (never a view of an input or a constant)."""
-
-    template: str
-    binds: tuple[Any, ...] = ()
-    fresh: bool = False
-    ufunc: np.ufunc | None = None  # an elementwise ufunc that may write ``out=`` an input
-
-
-_VARIADIC_UFUNCS = {"Max": np.maximum, "Min": np.minimum, "Sum": np.add}
-_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
-_FLOATS_HALF = _FLOATS | {np.dtype(np.float16)}
-
-
 def _static(shape: Sequence[Any]) -> bool:
     return all(isinstance(d, int) for d in shape)
 
@@ -124,82 +108,28 @@ def _numel(shape: Sequence[Any]) -> int | None:
     return math.prod(shape) if _static(shape) else None
 
 
-def _gemm_fast(a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> np.ndarray:
-    """Gemm with alpha = beta = 1 on one float dtype: one matmul and an in-place add."""
-    y = np.matmul(a, b)
-    if c is not None:
-        np.add(y, c, out=y)
-    return y
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """tanh-GELU in one buffer: x**3 as two multiplies (np.power is ~10x slower), in place."""
-    y = np.multiply(x, x)
-    y *= x
-    y *= 0.044715
-    y += x
-    y *= _SQRT_2_OVER_PI
-    np.tanh(y, out=y)
-    y += 1.0
-    y *= x
-    y *= 0.5
-    return y
-
-
-def _choose(node: Node) -> Step:
-    """The fastest correct way to run ``node``, from its recorded types."""
-    op = node.op
-    ins = node.inputs
-    outs = node.outputs
-    opdef = get_op(op)
-    in_dtypes = [None if v is None else v.dtype for v in ins]
-    out_dtype = outs[0].dtype if outs else None
-    same = all(d == out_dtype for d in in_dtypes if d is not None)
+def _choose(node: Node) -> KernelCall:
+    """The fastest correct way to run ``node``, from its recorded types: the registry kernel
+    when it is itself a ufunc, else the operator's ``fast_kernel`` where it covers the node
+    (``np.divide`` for a float Div, ``x.reshape(shape)`` for a static Reshape, ...), else the
+    registry kernel with its attributes bound."""
+    opdef = get_op(node.op)
     kernel = opdef.kernel
     attrs = opdef.bind_attrs(node.attrs)
-    elementwise = opdef.has(ELEMENTWISE)
-
-    if isinstance(kernel, np.ufunc) and not attrs and elementwise:
-        # The registry kernel is itself the ufunc (Add, Mul, Exp, Tanh, Equal, ...).
-        return Step(_call_template(len(ins)), (kernel,), True, kernel if same else None)
-    if op in _VARIADIC_UFUNCS and len(ins) == 2 and same:
-        ufunc = _VARIADIC_UFUNCS[op]  # Max/Min/Sum of two: the ufunc itself (NaN propagates)
-        return Step("{b0}({0}, {1})", (ufunc,), True, ufunc)
-    if op == "Div" and same and out_dtype in _FLOATS_HALF:
-        return Step("{b0}({0}, {1})", (np.divide,), True, np.divide)
-    if op == "Pow" and same and out_dtype in _FLOATS_HALF:
-        return Step("{b0}({0}, {1})", (np.power,), True, np.power)
-    if op == "Relu" and out_dtype in _FLOATS_HALF:
-        return Step("{b0}({0}, {b1})", (np.maximum, out_dtype.type(0)), True)
-    if op == "Gelu" and attrs["approximate"] == "tanh" and out_dtype in _FLOATS and outs[0].shape:
-        return Step("{b0}({0})", (_gelu_tanh,), True)
-    if op == "MatMul" and same and out_dtype in _FLOATS:
-        return Step("{b0}({0}, {1})", (np.matmul,), True)
-    if (
-        op == "Gemm"
-        and same
-        and out_dtype in _FLOATS
-        and attrs["alpha"] == 1.0
-        and attrs["beta"] == 1.0
-        and (len(ins) < 3 or ins[2] is None or len(ins[2].shape) <= 2)
-    ):
-        a = "{0}.T" if attrs["transA"] else "{0}"
-        b = "{1}.T" if attrs["transB"] else "{1}"
-        c = "{2}" if len(ins) > 2 and ins[2] is not None else "None"
-        return Step(f"{{b0}}({a}, {b}, {c})", (_gemm_fast,), True)
-    if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") and _static(outs[0].shape):
-        return Step("{0}.reshape({b0})", (tuple(outs[0].shape),))
-    if op == "Transpose":
-        perm = attrs["perm"]
-        perm = tuple(reversed(range(len(ins[0].shape)))) if perm is None else tuple(perm)
-        return Step("{0}.transpose({b0})", (perm,))
-    # The registry kernel with its attributes bound.
+    ins = node.inputs
+    if isinstance(kernel, np.ufunc) and not attrs and opdef.has(ELEMENTWISE):
+        # The registry kernel is itself the ufunc (Add, Mul, Exp, Tanh, Equal, ...); it may
+        # write into an input buffer only when that buffer has the output's dtype.
+        ufunc = kernel if same_dtype(ins, node.outputs) else None
+        return KernelCall(_call_template(len(ins)), (kernel,), ufunc=ufunc)
+    if opdef.fast_kernel is not None:
+        fast = opdef.fast_kernel(ins, node.outputs, attrs)
+        if fast is not None:
+            return fast
+    # A registry kernel may hand back a view of an input (Identity, Expand, ...).
     if attrs:
-        return Step(_call_template(len(ins), kwargs=True), (kernel, attrs))
-    return Step(_call_template(len(ins)), (kernel,))
+        return KernelCall(_call_template(len(ins), kwargs=True), (kernel, attrs), returns_view=True)
+    return KernelCall(_call_template(len(ins)), (kernel,), returns_view=True)
 
 
 def _call_template(n: int, *, kwargs: bool = False) -> str:
@@ -265,27 +195,137 @@ def _fast_checker(checker: InputChecker) -> Callable[[Any], list[np.ndarray]]:
 
 def _generate(graph: ModelGraph) -> tuple[str, dict[str, Any]]:
     """The source of ``run(arrays)`` for ``graph`` and the objects it binds."""
-    names: dict[int, str] = {}  # id(value) -> expression (a local name, or a bound constant)
-    binds: dict[str, Any] = {}
-    known: dict[int, np.ndarray] = {}  # plan-time contents of values (constants, folded)
+    writer = _PlanWriter(graph)
+    for index, node in enumerate(graph.nodes):
+        writer.add_node(index, node)
+    return writer.finish()
 
-    def bind(obj: Any, prefix: str) -> str:
-        name = f"{prefix}{len(binds)}"
-        binds[name] = obj
+
+class _PlanWriter:
+    """Writes the body of ``run`` one node at a time (see the module docstring).
+
+    ``names`` maps each value (by id) to the expression holding it in the generated code (an
+    input ``x0``, a local ``v3``, a bound constant ``c1``); ``binds`` are the objects the code
+    names, passed as default arguments; ``known`` holds the plan-time contents of constants and
+    folded values; ``fresh`` the values whose buffer the run allocated and nothing else views.
+    """
+
+    def __init__(self, graph: ModelGraph) -> None:
+        self.graph = graph
+        self.names: dict[int, str] = {}
+        self.binds: dict[str, Any] = {}
+        self.known: dict[int, np.ndarray] = {}
+        self.fresh: set[int] = set()
+        self.lines: list[str] = []
+        self.locals = 0  # v0, v1, ...: one local per node output
+        for c in graph.constants:
+            self.known[id(c.value)] = c.data
+            self.names[id(c.value)] = self.bind(c.data, "c")
+        self.input_names = [f"x{i}" for i in range(len(graph.input_values))]
+        for name, v in zip(self.input_names, graph.input_values):
+            self.names[id(v)] = name
+        self.last_use, self.readers = _readers(graph)
+        self.outputs = {id(v) for v in graph.output_values}
+
+    def bind(self, obj: Any, prefix: str) -> str:
+        """A new name for ``obj`` in the generated code."""
+        name = f"{prefix}{len(self.binds)}"
+        self.binds[name] = obj
         return name
 
-    for c in graph.constants:
-        known[id(c.value)] = c.data
-        names[id(c.value)] = bind(c.data, "c")
-    input_names = []
-    for i, v in enumerate(graph.input_values):
-        names[id(v)] = f"x{i}"
-        input_names.append(f"x{i}")
-        if _static(v.shape):
-            # Only the shape is known; ops like Shape/Size may read it at plan time.
-            pass
+    def add_node(self, index: int, node: Node) -> None:
+        """Fold ``node`` at plan time, or write the lines that run it."""
+        folded = _fold(node, self.known)
+        if folded is not None:
+            for v, data in zip(node.outputs, folded):
+                self.known[id(v)] = data
+                self.names[id(v)] = self.bind(data, "c")
+            return
+        call = _choose(node)
+        args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
+        binds = {f"b{k}": self.bind(obj, "k") for k, obj in enumerate(call.binds)}
+        text = call.template.format(*args, **binds)
+        out_names = []
+        for v in node.outputs:
+            out_names.append(f"v{self.locals}")
+            self.names[id(v)] = f"v{self.locals}"
+            self.locals += 1
+        target = self._reuse_target(node, index, call)
+        if target is not None:
+            text = text[:-1] + f", out={target})"
+        self._assign(node, out_names, text)
+        if not call.returns_view:
+            self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
+        self._release(index, node)
 
-    # Which node reads each value last, and whether every reader leaves it unaliased.
+    def _assign(self, node: Node, out_names: list[str], call: str) -> None:
+        """Write ``call``'s result(s) to the locals of ``node``'s outputs."""
+        opdef = get_op(node.op)
+        single = len(opdef.outputs) == 1 and not opdef.variadic_outputs
+        if single and len(node.outputs) == 1:
+            if len(node.outputs[0].shape) == 0:
+                call = f"_arr({call})"  # a ufunc on 0-d gives a scalar
+            self.lines.append(f"{out_names[0]} = {call}")
+        else:
+            self.lines.append(f"_r = _outs({call})")
+            for k, name in enumerate(out_names):
+                self.lines.append(f"{name} = _r[{k}]")
+
+    def _release(self, index: int, node: Node) -> None:
+        """Release large intermediates after their last reader, as eager NumPy would: the
+        inputs ``node`` reads last, and outputs of it that nothing reads."""
+        dead: list[str] = []
+        for v in node.inputs:
+            if v is None or self.last_use.get(id(v)) != index or id(v) in self.outputs:
+                continue
+            name = self.names[id(v)]
+            if name.startswith("v") and _large(v) and name not in dead:
+                dead.append(name)
+        for v in node.outputs:
+            if id(v) not in self.last_use and id(v) not in self.outputs and _large(v):
+                dead.append(self.names[id(v)])
+        if dead:
+            self.lines.append("del " + ", ".join(dead))
+
+    def _reuse_target(self, node: Node, index: int, call: KernelCall) -> str | None:
+        """The name of an input buffer ``node`` may overwrite with its result, or None.
+
+        Allowed when the node is an elementwise ufunc whose output has the buffer's dtype and
+        shape, the buffer was allocated by this run (``fresh``: no view of an input or
+        constant), this node is its last reader, it is not a graph output, and every reader of
+        it is a step that returns no view (so no view of it survives elsewhere)."""
+        if call.ufunc is None or len(node.outputs) != 1:
+            return None
+        out = node.outputs[0]
+        if not _large(out) or not out.shape:
+            return None
+        for v in node.inputs:
+            if v is None or id(v) not in self.fresh or id(v) in self.outputs:
+                continue
+            if self.last_use.get(id(v)) != index or v.dtype != out.dtype:
+                continue
+            if tuple(v.shape) != tuple(out.shape):
+                continue
+            if any(_choose(self.graph.nodes[r]).returns_view for r in self.readers[id(v)]):
+                continue
+            return self.names[id(v)]
+        return None
+
+    def finish(self) -> tuple[str, dict[str, Any]]:
+        """The source of ``run`` and the objects it binds."""
+        result = ", ".join(self.names[id(v)] for v in self.graph.output_values)
+        binds = self.binds
+        binds["_arr"] = np.asarray
+        binds["_outs"] = as_outputs
+        binds["_quiet"] = _QUIET_STATE
+        binds["_errvar"] = _errvar
+        binds["_errstate"] = np.errstate
+        return _run_source(self.input_names, self.lines, result, list(binds)), binds
+
+
+def _readers(graph: ModelGraph) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """For each value read by a node (by id): the index of its last reader, and of every
+    reader in order."""
     last_use: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     for index, node in enumerate(graph.nodes):
@@ -293,72 +333,13 @@ def _generate(graph: ModelGraph) -> tuple[str, dict[str, Any]]:
             if v is not None:
                 last_use[id(v)] = index
                 readers.setdefault(id(v), []).append(index)
-    outputs = {id(v) for v in graph.output_values}
+    return last_use, readers
 
-    lines: list[str] = []
-    steps: list[Step | None] = []
-    fresh: set[int] = set()  # values whose buffer the run allocated and nothing else views
-    local = 0
-    for index, node in enumerate(graph.nodes):
-        folded = _fold(node, known)
-        if folded is not None:
-            for v, data in zip(node.outputs, folded):
-                known[id(v)] = data
-                names[id(v)] = bind(data, "c")
-            steps.append(None)
-            continue
-        step = _choose(node)
-        steps.append(step)
-        args = ["None" if v is None else names[id(v)] for v in node.inputs]
-        b = {f"b{k}": bind(obj, "k") for k, obj in enumerate(step.binds)}
-        call = step.template.format(*args, **b)
-        out_names = []
-        for v in node.outputs:
-            out_names.append(f"v{local}")
-            names[id(v)] = f"v{local}"
-            local += 1
-        target = _reuse_target(node, index, step, graph, last_use, readers, outputs, fresh, names)
-        if target is not None:
-            call = call[:-1] + f", out={target})"
-        single = len(get_op(node.op).outputs) == 1 and not get_op(node.op).variadic_outputs
-        if single and len(node.outputs) == 1:
-            line = f"{out_names[0]} = {call}"
-            if len(node.outputs[0].shape) == 0:
-                line = f"{out_names[0]} = _arr({call})"  # a ufunc on 0-d gives a scalar
-            lines.append(line)
-        else:
-            lines.append(f"_r = _outs({call})")
-            for k, name in enumerate(out_names):
-                lines.append(f"{name} = _r[{k}]")
-        if step.fresh:
-            for v in node.outputs:
-                if len(v.shape) > 0:
-                    fresh.add(id(v))
-        # Release large intermediates after their last reader, as eager NumPy would.
-        dead = []
-        for v in node.inputs:
-            if (
-                v is not None
-                and last_use.get(id(v)) == index
-                and id(v) not in outputs
-                and names[id(v)].startswith("v")
-                and _large(v)
-                and names[id(v)] not in dead
-            ):
-                dead.append(names[id(v)])
-        for v in node.outputs:
-            if id(v) not in last_use and id(v) not in outputs and _large(v):
-                dead.append(names[id(v)])
-        if dead:
-            lines.append("del " + ", ".join(dead))
 
-    result = ", ".join(names[id(v)] for v in graph.output_values)
-    binds["_arr"] = np.asarray
-    binds["_outs"] = as_outputs
-    binds["_quiet"] = _QUIET_STATE
-    binds["_errvar"] = _errvar
-    binds["_errstate"] = np.errstate
-    defaults = ", ".join(f"{k}={k}" for k in binds)
+def _run_source(input_names: list[str], lines: list[str], result: str, bound: list[str]) -> str:
+    """``def run(arrays, *, <bound>=<bound>)``: unpack the inputs, run ``lines`` with NumPy's
+    floating-point warnings silenced, return ``[result]``."""
+    defaults = ", ".join(f"{k}={k}" for k in bound)
     unpack = ", ".join(input_names) + ("," if len(input_names) == 1 else "")
     head = [f"def run(arrays, *, {defaults}):"]
     if input_names:
@@ -379,52 +360,12 @@ def _generate(graph: ModelGraph) -> tuple[str, dict[str, Any]]:
         )
     else:  # pragma: no cover - NumPy without the context variable
         source = "\n".join([*head, "    with _errstate(all='ignore'):", *body])
-    return source + "\n", binds
+    return source + "\n"
 
 
 def _large(v: Value) -> bool:
     n = _numel(v.shape)
     return n is None or n >= REUSE_MIN_ELEMENTS
-
-
-def _reuse_target(
-    node: Node,
-    index: int,
-    step: Step,
-    graph: ModelGraph,
-    last_use: dict[int, int],
-    readers: dict[int, list[int]],
-    outputs: set[int],
-    fresh: set[int],
-    names: dict[int, str],
-) -> str | None:
-    """The name of an input buffer ``node`` may overwrite with its result, or None.
-
-    Allowed when the node is an elementwise ufunc whose output has the buffer's dtype and
-    shape, the buffer was allocated by this run (``fresh``: no view of an input or constant),
-    this node is its last reader, it is not a graph output, and every reader of it is a fresh-
-    producing step (so no view of it survives elsewhere)."""
-    if step.ufunc is None or len(node.outputs) != 1:
-        return None
-    out = node.outputs[0]
-    if not _large(out) or not out.shape:
-        return None
-    for v in node.inputs:
-        if v is None or id(v) not in fresh or id(v) in outputs:
-            continue
-        if last_use.get(id(v)) != index or v.dtype != out.dtype:
-            continue
-        if tuple(v.shape) != tuple(out.shape):
-            continue
-        if not all(_fresh_reader(graph.nodes[r]) for r in readers[id(v)]):
-            continue
-        return names[id(v)]
-    return None
-
-
-def _fresh_reader(node: Node) -> bool:
-    """True when ``node``'s chosen step never returns a view of its inputs."""
-    return _choose(node).fresh
 
 
 def _fold(node: Node, known: dict[int, np.ndarray]) -> tuple[np.ndarray, ...] | None:
@@ -442,7 +383,7 @@ def _fold(node: Node, known: dict[int, np.ndarray]) -> tuple[np.ndarray, ...] | 
             arrays.append(None)
         elif id(v) in known:
             arrays.append(known[id(v)])
-        elif opdef.has(SHAPE) and node.op in ("Shape", "Size") and _static(v.shape):
+        elif opdef.has(SHAPE_ONLY) and _static(v.shape):
             # The contents do not matter: a zero-strided stand-in of the static shape.
             arrays.append(np.broadcast_to(np.zeros((), v.dtype), tuple(v.shape)))
         else:

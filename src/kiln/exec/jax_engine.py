@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import dtype_from_onnx_code
 from ..errors import DeviceUnavailableError, UnsupportedOperationError
+from ..ir.builder import expand_node
 from ..ops.dispatch import as_outputs
-from ..ops.elementwise import dtype_from_onnx_code
 from ..ops.registry import get_op
 from .inputs import InputChecker
 from .plan import Plan
@@ -41,8 +42,9 @@ from .plan import Plan
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node
 
-__all__ = ["JaxPlan", "LOWERINGS", "available", "unsupported_ops", "MAX_TRACES"]
+__all__ = ["JaxPlan", "LOWERINGS", "FirstOutputs", "available", "unsupported_ops", "MAX_TRACES"]
 
+ENGINE = "jax"  # the key of this engine's facts in OpDef.engine_limits
 MAX_TRACES = 8  # input-shape sets one plan compiles; further shapes run on the NumPy plan
 # Constants up to this many elements are embedded in the XLA program; larger ones (weights)
 # are passed as device-resident arguments, which keeps compilation fast.
@@ -644,6 +646,30 @@ def _size(x: Any) -> np.ndarray:
     return np.array(math.prod(x.shape), dtype=np.int64)
 
 
+def _known_only(op: str) -> Callable[..., Any]:
+    """The lowering of an operator that makes shapes and small constants from known values:
+    :func:`_lower_node` runs its registry kernel when every input is known, and reaching this
+    means one is traced."""
+
+    def lower(*inputs: Any, **attrs: Any) -> Any:
+        raise NotLowerable(f"{op}: its inputs must be known when compiling for jax")
+
+    return lower
+
+
+class FirstOutputs:
+    """A lowering that computes only the first ``count`` outputs of its operator (it gives
+    None for the others): a graph that reads another output is not lowered (see
+    :func:`unsupported_ops`)."""
+
+    def __init__(self, count: int, lower: Callable[..., Any]) -> None:
+        self.count = count
+        self.lower = lower
+
+    def __call__(self, *inputs: Any, **attrs: Any) -> Any:
+        return self.lower(*inputs, **attrs)
+
+
 LOWERINGS: dict[str, Callable[..., Any]] = {
     # elementwise, one input
     "Abs": _unary("abs"),
@@ -743,7 +769,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "BatchNormalization": _batch_norm,
     "InstanceNormalization": _instance_norm,
     "Conv": _conv,
-    "MaxPool": _max_pool,
+    "MaxPool": FirstOutputs(1, _max_pool),  # Y, not Indices
     "AveragePool": _avg_pool,
     "GlobalAveragePool": _global_avg,
     "GlobalMaxPool": _global_max,
@@ -766,31 +792,39 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "Trilu": _trilu,
     "Shape": _shape,
     "Size": _size,
+    # outputs from known values only: run by the registry kernel when tracing
+    "Constant": _known_only("Constant"),
+    "ConstantOfShape": _known_only("ConstantOfShape"),
+    "Range": _known_only("Range"),
 }
-
-# Operators whose outputs depend only on known values: always run by the registry kernel at
-# trace time (they produce shapes and small constants, never traced arrays).
-STATIC_ONLY = frozenset({"Constant", "ConstantOfShape", "Range"})
-
-
-def _lowering(op: str) -> Callable[..., Any] | None:
-    return LOWERINGS.get(op)
 
 
 def unsupported_ops(graph: ModelGraph) -> list[str]:
-    """The operators of ``graph`` the jax engine has no lowering for (empty: eligible)."""
+    """The operators of ``graph`` the jax engine has no lowering for, or that their records
+    keep off it (``OpDef.engine_limits``); empty: eligible."""
     missing: set[str] = set()
     read = {id(v) for n in graph.nodes for v in n.inputs if v is not None}
     read.update(id(v) for v in graph.output_values)
 
     def visit(node: Node, scope: Any) -> None:
-        if node.op in LOWERINGS or node.op in STATIC_ONLY:
-            if node.op == "MaxPool" and len(node.outputs) > 1 and id(node.outputs[1]) in read:
-                missing.add("MaxPool (with Indices)")
-            return
         opdef = get_op(node.op)
+        limit = opdef.engine_limits.get(ENGINE)
+        if limit is not None and limit.applies(
+            node.inputs, node.outputs, opdef.bind_attrs(node.attrs)
+        ):
+            missing.add(f"{node.op} {limit.reason}")
+            return
+        lower = LOWERINGS.get(node.op)
+        if lower is not None:
+            if isinstance(lower, FirstOutputs):
+                count = lower.count
+                left_out = zip(node.outputs[count:], opdef.outputs[count:])
+                names = [name for v, name in left_out if id(v) in read]
+                if names:
+                    missing.add(f"{node.op} (with {', '.join(names)})")
+            return
         if opdef.expand is not None:
-            for inner in opdef.expand(node, scope):
+            for inner in expand_node(node, scope):
                 visit(inner, scope)
             return
         missing.add(node.op)
@@ -812,7 +846,7 @@ class JaxPlan(Plan):
     :class:`~kiln.errors.UnsupportedOperationError` naming the operators it cannot lower.
     """
 
-    engine = "jax"
+    engine = ENGINE
 
     def __init__(self, graph: ModelGraph, fallback: Any = None) -> None:
         _load()
@@ -903,13 +937,11 @@ def _lower_node(node: Node, env: dict[int, Any], scope: Any) -> None:
         for v, r in zip(node.outputs, results):
             env[id(v)] = r
         return
-    if node.op in STATIC_ONLY:
-        raise NotLowerable(f"{node.op}: its inputs must be known when compiling for jax")
     lower = LOWERINGS.get(node.op)
     if lower is None:
         if opdef.expand is None:
             raise NotLowerable(f"{node.op}: no jax lowering")
-        for inner in opdef.expand(node, scope):
+        for inner in expand_node(node, scope):
             _lower_node(inner, env, scope)
         return
     result = lower(*ins, **attrs)

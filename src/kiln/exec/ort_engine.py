@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import DeviceUnavailableError, UnsupportedOperationError
+from ..ops.registry import get_op
 from .inputs import InputChecker
 from .plan import Plan
 
@@ -53,33 +54,25 @@ _EXCHANGEABLE = frozenset(
 )
 
 
-# Where onnxruntime 1.x departs from the ONNX semantics kiln implements (found by
-# tests/exec/test_engines.py against the reference executor): such nodes keep the graph off
-# this engine rather than return different numbers.
-_FLOAT64_APPROXIMATE = frozenset({"BatchNormalization", "RMSNormalization", "Gelu"})
+ENGINE = "onnxruntime"  # the key of this engine's facts in OpDef.engine_limits
 
 
 def unsupported_nodes(graph: ModelGraph) -> list[str]:
-    """Why onnxruntime would compute nodes of ``graph`` differently from kiln (empty: none)."""
+    """Why onnxruntime would compute nodes of ``graph`` differently from kiln (empty: none).
+
+    Each operator's record says where onnxruntime 1.x departs from the ONNX semantics kiln
+    implements (``OpDef.engine_limits``, found by tests/exec/test_engines.py against the
+    reference executor): such nodes keep the graph off this engine rather than return
+    different numbers.
+    """
     problems = []
     for node in graph.nodes:
-        ins = [v for v in node.inputs if v is not None]
-        first = ins[0] if ins else None
-        if node.op in _FLOAT64_APPROXIMATE and first is not None and first.dtype == np.float64:
-            problems.append(f"{node.op} on float64 (computed in lower precision)")
-        elif node.op.startswith("Reduce") and first is not None and 0 in first.shape:
-            problems.append(f"{node.op} of an empty tensor")
-        elif (
-            node.op in ("ScatterElements", "ScatterND")
-            and first is not None
-            and first.dtype == np.bool_
-            and node.attrs.get("reduction", "none") != "none"
+        opdef = get_op(node.op)
+        limit = opdef.engine_limits.get(ENGINE)
+        if limit is not None and limit.applies(
+            node.inputs, node.outputs, opdef.bind_attrs(node.attrs)
         ):
-            problems.append(f"{node.op} on bool with a reduction")
-        elif node.op == "Einsum" and any(
-            c.isspace() or c.isupper() for c in str(node.attrs.get("equation", ""))
-        ):
-            problems.append("Einsum with spaces or upper-case labels in its equation")
+            problems.append(f"{node.op} {limit.reason}")
     return problems
 
 
@@ -106,7 +99,7 @@ class OrtPlan(Plan):
     when the graph cannot be exported or loaded.
     """
 
-    engine = "onnxruntime"
+    engine = ENGINE
 
     def __init__(self, graph: ModelGraph) -> None:
         try:

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..ops.registry import get_op
+
 if TYPE_CHECKING:
-    from ..ir.graph import ModelGraph
+    from ..ir.graph import ModelGraph, Node
 
 __all__ = ["AUTO_MIN_WORK", "work_estimate", "synthetic_inputs", "choose", "OPTIONAL_ENGINES"]
 
@@ -39,33 +41,11 @@ MEASURE_PASSES = 2
 
 OPTIONAL_ENGINES = ("jax", "onnxruntime")
 
-# Element operations per output element of operators that cost more than one (transcendental
-# functions and composite operators), roughly NumPy's time relative to an add.
-OP_COST = {
-    "Gelu": 12,
-    "Erf": 8,
-    "Tanh": 6,
-    "Sigmoid": 6,
-    "Exp": 4,
-    "Log": 4,
-    "Sqrt": 2,
-    "Pow": 6,
-    "Softmax": 8,
-    "LogSoftmax": 8,
-    "LayerNormalization": 8,
-    "RMSNormalization": 6,
-    "BatchNormalization": 4,
-    "InstanceNormalization": 8,
-    "Mish": 12,
-    "Softplus": 8,
-    "MaxPool": 4,
-    "AveragePool": 4,
-}
-
 
 def work_estimate(graph: ModelGraph) -> float | None:
-    """Estimated element operations of one run: output elements of every node, and
-    multiply-adds for matrix products and convolutions. None when a shape is symbolic."""
+    """Estimated element operations of one run: each node's output elements times its
+    operator's ``cost`` per element (:class:`~kiln.ops.registry.OpDef`; multiply-adds for
+    matrix products and convolutions). None when a shape is symbolic."""
     total = 0.0
     for node in graph.nodes:
         sizes = []
@@ -73,24 +53,16 @@ def work_estimate(graph: ModelGraph) -> float | None:
             if not all(isinstance(d, int) for d in v.shape):
                 return None
             sizes.append(math.prod(v.shape))
-        out = float(sum(sizes))
-        ins = [v for v in node.inputs if v is not None]
-        if node.op in ("MatMul", "Gemm") and ins and ins[0].shape:
-            a = ins[0].shape
-            k = a[-2] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
-            out *= 2 * k if isinstance(k, int) else 1
-        elif node.op in ("Conv", "ConvTranspose") and len(ins) > 1:
-            w = ins[1].shape
-            if all(isinstance(d, int) for d in w):
-                out *= 2 * math.prod(w[1:])
-        elif node.op in OP_COST:
-            out *= OP_COST[node.op]
-        elif isinstance(node.attrs.get("program"), tuple):  # a fused elementwise program
-            out *= max(len(node.attrs["program"]), 1)
-        elif node.op in ("Attention", "Einsum"):
-            out *= 2 * max((int(ins[0].shape[-1]) if ins[0].shape else 1), 1)
-        total += out
+        total += float(sum(sizes)) * _cost_per_element(node)
     return total
+
+
+def _cost_per_element(node: Node) -> float:
+    """The element operations ``node`` spends per output element, from its operator's record."""
+    opdef = get_op(node.op)
+    if callable(opdef.cost):
+        return opdef.cost(node.inputs, node.outputs, opdef.bind_attrs(node.attrs))
+    return opdef.cost
 
 
 def synthetic_inputs(graph: ModelGraph, seed: int = 0) -> list[np.ndarray] | None:

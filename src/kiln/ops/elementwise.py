@@ -20,18 +20,25 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import OpArgumentError, OpTypeError
+from ..dtypes import dtype_from_onnx_code, onnx_dtype_code
+from ..errors import OpArgumentError
 from ..symbolic import Dim, dim_max, dim_min, floordiv, format_shape, mod
 from .registry import (
     COMMUTATIVE,
     ELEMENTWISE,
     PURE,
     Attr,
+    EngineLimit,
     Input,
+    KernelCall,
+    NodeRule,
     OpDef,
     Sample,
     TensorType,
+    Typed,
+    first_input_dtype,
     register,
+    same_dtype,
 )
 from .rules import (
     ALL,
@@ -47,39 +54,7 @@ from .rules import (
 )
 from .sampling import sample_array
 
-__all__ = ["unary", "binary", "variadic", "onnx_dtype_code", "dtype_from_onnx_code", "erf"]
-
-# ONNX TensorProto.DataType numbers.
-_ONNX_CODES: dict[np.dtype, int] = {
-    dtypes.float32: 1,
-    dtypes.uint8: 2,
-    dtypes.int8: 3,
-    dtypes.uint16: 4,
-    dtypes.int16: 5,
-    dtypes.int32: 6,
-    dtypes.int64: 7,
-    dtypes.bool_: 9,
-    dtypes.float16: 10,
-    dtypes.float64: 11,
-    dtypes.uint32: 12,
-    dtypes.uint64: 13,
-    dtypes.bfloat16: 16,
-}
-_FROM_ONNX = {code: dt for dt, code in _ONNX_CODES.items()}
-
-
-def onnx_dtype_code(dtype: np.dtype) -> int:
-    """The ONNX ``TensorProto`` data type number of a kiln dtype."""
-    return _ONNX_CODES[dtypes.as_dtype(dtype)]
-
-
-def dtype_from_onnx_code(code: int) -> np.dtype:
-    """The kiln dtype of an ONNX ``TensorProto`` data type number."""
-    try:
-        return _FROM_ONNX[int(code)]
-    except KeyError:
-        raise OpTypeError(f"ONNX data type {code} is not supported by kiln") from None
-
+__all__ = ["unary", "binary", "variadic", "erf"]
 
 _F16 = (dtypes.float16, dtypes.bfloat16)
 _HALVES = frozenset(_F16)
@@ -418,6 +393,76 @@ def _is_inf(x: np.ndarray, *, detect_negative: int, detect_positive: int) -> np.
     return positive | negative
 
 
+# -- faster calls for the NumPy engine (OpDef.fast_kernel) ---------------------------------
+# The registry kernels also cover integer semantics, bfloat16 and 0-d results; on the float
+# dtypes NumPy computes natively, NumPy's own function does the same work without them.
+
+_NATIVE_FLOATS: frozenset[np.dtype] = frozenset({dtypes.float32, dtypes.float64})
+_NATIVE_FLOATS_HALF: frozenset[np.dtype] = _NATIVE_FLOATS | {dtypes.float16}
+
+
+def _two_input_ufunc(
+    ufunc: np.ufunc, allowed: frozenset[np.dtype] | None = None
+) -> NodeRule[KernelCall | None]:
+    """A fast kernel: ``ufunc`` itself on two inputs of the output's dtype (one of ``allowed``,
+    when given), which the plan may also let write into a dead input buffer."""
+    call = KernelCall("{b0}({0}, {1})", (ufunc,), ufunc=ufunc)
+
+    def fast(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> KernelCall | None:
+        if len(inputs) != 2 or not same_dtype(inputs, outputs):
+            return None
+        if allowed is not None and outputs[0].dtype not in allowed:
+            return None
+        return call
+
+    return fast
+
+
+def _relu_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``np.maximum(x, 0)`` with the zero bound once, in the dtype (no lambda per run)."""
+    dtype = outputs[0].dtype
+    if dtype not in _NATIVE_FLOATS_HALF:
+        return None
+    return KernelCall("{b0}({0}, {b1})", (np.maximum, dtype.type(0)))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """tanh-GELU in one buffer: x**3 as two multiplies (np.power is ~10x slower), in place."""
+    y = np.multiply(x, x)
+    y *= x
+    y *= 0.044715
+    y += x
+    y *= _SQRT_2_OVER_PI
+    np.tanh(y, out=y)
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
+
+
+def _gelu_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """:func:`_gelu_tanh` for a tanh-GELU of float32/float64 with at least one axis (it skips
+    the registry kernel's dtype round trip and 0-d handling)."""
+    out = outputs[0]
+    if attrs["approximate"] != "tanh" or out.dtype not in _NATIVE_FLOATS or not out.shape:
+        return None
+    return KernelCall("{b0}({0})", (_gelu_tanh,))
+
+
+# onnxruntime 1.x computes these in float32 even for float64 inputs (found by
+# tests/exec/test_engines.py against the reference executor).
+_ORT_FLOAT64 = EngineLimit("on float64 (computed in lower precision)", first_input_dtype("float64"))
+
+
 # -- factories -----------------------------------------------------------------------------
 
 
@@ -436,12 +481,16 @@ def unary(
     sample_range: tuple[float, float] = (-3.0, 3.0),
     sample_attrs: Sequence[Mapping[str, Any]] = ({},),
     reference: Callable[..., Any] | None = None,
+    cost: float = 1,
+    fast_kernel: NodeRule[KernelCall | None] | None = None,
+    engine_limits: Mapping[str, EngineLimit] | None = None,
 ) -> OpDef:
     """Register a one-input elementwise operator whose output has the input's shape.
 
     ``out_dtype`` fixes the output dtype (IsNaN: bool); ``value_fn`` computes one output
     element from one input element for known integer contents (Neg: ``lambda a: -a``);
-    ``check`` validates the bound attributes.
+    ``check`` validates the bound attributes. ``cost``, ``fast_kernel`` and ``engine_limits``
+    are the record's fields of those names (see :class:`~kiln.ops.registry.OpDef`).
     """
     allowed = frozenset(allowed)
     in_name = io_names[0]
@@ -470,6 +519,9 @@ def unary(
             samples=_unary_samples(
                 tuple(sample_dtypes), *sample_range, reference, tuple(sample_attrs)
             ),
+            cost=cost,
+            fast_kernel=fast_kernel,
+            engine_limits=engine_limits or {},
         )
     )
 
@@ -492,11 +544,13 @@ def binary(
     sample_attrs: Sequence[Mapping[str, Any]] = ({},),
     reference: Callable[..., Any] | None = None,
     extra_samples: Callable[[], list[Sample]] | None = None,
+    fast_kernel: NodeRule[KernelCall | None] | None = None,
 ) -> OpDef:
     """Register a two-input elementwise operator with NumPy broadcasting and one shared dtype.
 
     ``value_fn(a, b, **attrs)`` computes one output element for known integer contents;
-    ``check(a_type, attrs)`` validates what the dtype rule alone cannot (Mod's ``fmod``).
+    ``check(a_type, attrs)`` validates what the dtype rule alone cannot (Mod's ``fmod``);
+    ``fast_kernel`` is the record's field (see :class:`~kiln.ops.registry.OpDef`).
     """
     allowed = frozenset(allowed)
 
@@ -533,6 +587,7 @@ def binary(
             kernel=kernel,
             traits=frozenset(traits),
             samples=samples,
+            fast_kernel=fast_kernel,
         )
     )
 
@@ -548,12 +603,14 @@ def variadic(
     output: str = "out",
     sample_dtypes: Iterable[np.dtype] = (dtypes.float32, dtypes.int32),
     reference: Callable[..., Any] | None = None,
+    fast_kernel: NodeRule[KernelCall | None] | None = None,
 ) -> OpDef:
     """Register an operator over one or more inputs, all broadcast together (Max, Sum, ...).
 
     ``kernel`` combines two arrays and is folded over the inputs; ``finish(result, count)``
     post-processes the fold (Mean divides by the count). ``value_fn`` folds known integer
-    contents the same way.
+    contents the same way. ``fast_kernel`` is the record's field (see
+    :class:`~kiln.ops.registry.OpDef`).
     """
     allowed = frozenset(allowed)
 
@@ -599,6 +656,7 @@ def variadic(
             kernel=run,
             traits=frozenset({ELEMENTWISE, PURE, COMMUTATIVE}),
             samples=make,
+            fast_kernel=fast_kernel,
         )
     )
 
@@ -674,7 +732,10 @@ unary(
     FLOATS,
     sample_dtypes=(*_F32_F64, *_F16),
     reference=_pointwise(math.exp),
+    cost=4,
 )
+# NumPy's time relative to an add, where it is more than one (OpDef.cost).
+_FLOAT_MATH_COST = {"Log": 4, "Sqrt": 2, "Tanh": 6}
 for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
     unary(
         _name,
@@ -684,6 +745,7 @@ for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
         sample_dtypes=_F32_F64 + (_F16 if _name in _HALF_SAMPLED else ()),
         sample_range=_domain,
         reference=_pointwise(lambda v, f=_ref: float(f(v))),
+        cost=_FLOAT_MATH_COST.get(_name, 1),
     )
 
 unary(
@@ -694,6 +756,7 @@ unary(
     sample_dtypes=(*_F32_F64, *_F16),
     sample_range=(-6.0, 6.0),
     reference=_pointwise(lambda v: 1.0 / (1.0 + math.exp(-v))),
+    cost=6,
 )
 unary(
     "Erf",
@@ -704,6 +767,7 @@ unary(
     sample_dtypes=(*_F32_F64, dtypes.float16),
     sample_range=(-4.0, 4.0),
     reference=_pointwise(math.erf),
+    cost=8,
 )
 unary(
     "Relu",
@@ -712,6 +776,7 @@ unary(
     NUMERIC - _UNSIGNED,
     sample_dtypes=(*_F32_F64, dtypes.bfloat16, dtypes.int32),
     reference=lambda x: np.where(x > 0, x, np.zeros_like(x)),
+    fast_kernel=_relu_fast,
 )
 unary(
     "LeakyRelu",
@@ -756,6 +821,7 @@ unary(
     sample_dtypes=(*_F32_F64, dtypes.float16),
     sample_range=(-5.0, 5.0),
     reference=_pointwise(lambda v: math.log(math.exp(v) + 1.0)),
+    cost=8,
 )
 unary(
     "Softsign",
@@ -809,6 +875,9 @@ unary(
     sample_range=(-4.0, 4.0),
     sample_attrs=({}, {"approximate": "tanh"}),
     reference=_pointwise(_gelu_reference),
+    cost=12,
+    fast_kernel=_gelu_fast,
+    engine_limits={"onnxruntime": _ORT_FLOAT64},
 )
 unary(
     "Mish",
@@ -817,6 +886,7 @@ unary(
     FLOATS,
     sample_range=(-5.0, 5.0),
     reference=_pointwise(lambda v: v * math.tanh(math.log1p(math.exp(v)))),
+    cost=12,
 )
 unary(
     "Celu",
@@ -1132,6 +1202,7 @@ binary(
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.uint8, dtypes.float16),
     rhs_nonzero=True,
     reference=_pointwise(lambda a, b: _int_trunc_div(a, b) if isinstance(a, int) else a / b),
+    fast_kernel=_two_input_ufunc(np.divide, _NATIVE_FLOATS_HALF),
 )
 
 
@@ -1288,6 +1359,8 @@ register(
         kernel=_pow_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_pow_samples,
+        cost=6,
+        fast_kernel=_two_input_ufunc(np.power, _NATIVE_FLOATS_HALF),
     )
 )
 
@@ -1383,6 +1456,7 @@ variadic(
     output="max",
     sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.float16),
     reference=_fold_reference(_nan_max),
+    fast_kernel=_two_input_ufunc(np.maximum),  # NaN propagates, as the fold does
 )
 variadic(
     "Min",
@@ -1393,6 +1467,7 @@ variadic(
     output="min",
     sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.uint8),
     reference=_fold_reference(_nan_min),
+    fast_kernel=_two_input_ufunc(np.minimum),
 )
 # ONNX types Sum for floats; kiln also accepts integers so that shape arithmetic can add sizes.
 variadic(
@@ -1404,6 +1479,7 @@ variadic(
     output="sum",
     sample_dtypes=(dtypes.float32, dtypes.float64, dtypes.int64),
     reference=_fold_reference(sum),
+    fast_kernel=_two_input_ufunc(np.add),
 )
 variadic(
     "Mean",

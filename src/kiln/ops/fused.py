@@ -29,7 +29,18 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError
 from .dispatch import as_outputs
-from .registry import ELEMENTWISE, PURE, Attr, Input, OpDef, Sample, TensorType, get_op, register
+from .registry import (
+    ELEMENTWISE,
+    PURE,
+    Attr,
+    Input,
+    NodeBuilder,
+    OpDef,
+    Sample,
+    TensorType,
+    get_op,
+    register,
+)
 from .sampling import sample_array
 
 __all__ = ["Step", "parse_program", "format_step", "numexpr_expression", "NUMEXPR_DTYPES"]
@@ -260,28 +271,19 @@ def _kernel(*arrays: np.ndarray | None, program: tuple[str, ...], outputs: Any =
     return tuple(results) if len(results) > 1 else results[0]
 
 
-def _expand(node: Any, scope: Any) -> list:
+def _expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
     """The member operators as ONNX nodes: same inputs, the fused node's own output values."""
-    from ..ir.graph import Node, Value, snake_case
-
-    attrs = get_op(f"kiln.{OP}").bind_attrs(node.attrs)
-    steps = parse_program(attrs["program"], len(node.inputs))
-    chosen = _outputs(attrs["outputs"], len(node.inputs) + len(steps))
-    values = list(node.inputs)
-    nodes = []
+    steps = parse_program(attrs["program"], len(inputs))
+    chosen = _outputs(attrs["outputs"], len(inputs) + len(steps))
+    values = list(inputs)
     for index, step in enumerate(steps):
-        opdef = get_op(step.op)
-        position = len(node.inputs) + index
-        args = tuple(None if a is None else values[a] for a in step.args)
-        bound = opdef.bind_attrs(dict(step.attrs))
-        if position in chosen:
-            out = node.outputs[chosen.index(position)]
-        else:
-            (ttype,) = opdef.infer([None if a is None else a.type for a in args], bound)[:1]
-            out = Value(scope.fresh(snake_case(step.op)), ttype)
+        position = len(inputs) + index
+        args = [None if a is None else values[a] for a in step.args]
+        defines = [outputs[chosen.index(position)]] if position in chosen else []
+        (out,) = builder.add(step.op, args, dict(step.attrs), outputs=defines)
         values.append(out)
-        nodes.append(Node(step.op, args, (out,), bound, scope.fresh(out.name), node.source))
-    return nodes
 
 
 # -- samples ------------------------------------------------------------------------------
@@ -373,6 +375,11 @@ def _samples() -> list[Sample]:
     return out
 
 
+def _cost(inputs: Sequence[Any], outputs: Sequence[Any], attrs: Mapping[str, Any]) -> float:
+    """OpDef.cost: one element operation per program step and output element."""
+    return max(len(attrs["program"]), 1)
+
+
 register(
     OpDef(
         name=OP,
@@ -392,5 +399,6 @@ register(
         domain="kiln",
         variadic_outputs=True,
         expand=_expand,
+        cost=_cost,
     )
 )

@@ -18,7 +18,19 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError
 from ..symbolic import Dim, Shape, broadcast_dim, format_shape
-from .registry import PURE, Attr, Input, OpDef, Sample, TensorType, register
+from .registry import (
+    PURE,
+    Attr,
+    EngineLimit,
+    Input,
+    KernelCall,
+    OpDef,
+    Sample,
+    TensorType,
+    Typed,
+    register,
+    same_dtype,
+)
 from .rules import FLOATS, NUMERIC, broadcast, require, require_dtype, require_same_dtype
 from .sampling import sample_array
 
@@ -35,6 +47,77 @@ def _compute(x: np.ndarray) -> np.ndarray:
 
 def _static_mismatch(a: Dim, b: Dim) -> bool:
     return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+# -- engine facts (OpDef.cost, OpDef.fast_kernel) ------------------------------------------
+
+# The dtypes NumPy's matmul hands to BLAS; the registry kernels also cover integers, float16
+# and bfloat16.
+_BLAS_FLOATS = frozenset({dtypes.float32, dtypes.float64})
+
+
+def _product_cost(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> float:
+    """MatMul and Gemm: 2 * K per output element, a multiply and an add per summed product."""
+    a = inputs[0]
+    if a is None or not a.shape:
+        return 1
+    k = a.shape[-2] if attrs.get("transA") else a.shape[-1]
+    return 2 * k if isinstance(k, int) else 1
+
+
+def _matmul_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``np.matmul`` itself on one float32/float64 dtype (no promotion, no bfloat16 cast)."""
+    if not same_dtype(inputs, outputs) or outputs[0].dtype not in _BLAS_FLOATS:
+        return None
+    return KernelCall("{b0}({0}, {1})", (np.matmul,))
+
+
+def _gemm_unscaled(a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+    """Gemm with alpha = beta = 1 on one float dtype: one matmul and an in-place add."""
+    y = np.matmul(a, b)
+    if c is not None:
+        np.add(y, c, out=y)
+    return y
+
+
+def _gemm_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """:func:`_gemm_unscaled` on one float32/float64 dtype with alpha = beta = 1, and a C of
+    at most two axes (which the in-place add broadcasts into the (M, N) output); transposes
+    are views written into the call."""
+    c = inputs[2] if len(inputs) > 2 else None
+    if (
+        not same_dtype(inputs, outputs)
+        or outputs[0].dtype not in _BLAS_FLOATS
+        or attrs["alpha"] != 1.0
+        or attrs["beta"] != 1.0
+        or (c is not None and len(c.shape) > 2)
+    ):
+        return None
+    a = "{0}.T" if attrs["transA"] else "{0}"
+    b = "{1}.T" if attrs["transB"] else "{1}"
+    c_arg = "None" if c is None else "{2}"
+    return KernelCall(f"{{b0}}({a}, {b}, {c_arg})", (_gemm_unscaled,))
+
+
+def _einsum_cost(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> float:
+    """2 * the first operand's last axis per output element: a rough contraction length."""
+    first = inputs[0]
+    last = int(first.shape[-1]) if first is not None and first.shape else 1
+    return 2 * max(last, 1)
+
+
+def _spaced_or_upper_equation(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    return any(c.isspace() or c.isupper() for c in str(attrs["equation"]))
 
 
 # -- MatMul --------------------------------------------------------------------------------
@@ -145,6 +228,8 @@ register(
         kernel=_matmul_kernel,
         samples=_matmul_samples,
         since_version=13,
+        cost=_product_cost,
+        fast_kernel=_matmul_fast,
     )
 )
 
@@ -271,6 +356,8 @@ register(
         kernel=_gemm_kernel,
         samples=_gemm_samples,
         since_version=13,
+        cost=_product_cost,
+        fast_kernel=_gemm_fast,
     )
 )
 
@@ -514,5 +601,13 @@ register(
         traits=frozenset({PURE}),
         samples=_einsum_samples,
         since_version=12,
+        cost=_einsum_cost,
+        engine_limits={
+            # Where onnxruntime 1.x departs from NumPy's grammar (found by
+            # tests/exec/test_engines.py against the reference executor).
+            "onnxruntime": EngineLimit(
+                "with spaces or upper-case labels in its equation", _spaced_or_upper_equation
+            )
+        },
     )
 )

@@ -25,7 +25,17 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import Dim, dim_min, floordiv, format_shape
-from .registry import Attr, Input, OpDef, Sample, TensorType, register
+from .registry import (
+    Attr,
+    EngineLimit,
+    Input,
+    OpDef,
+    Sample,
+    TensorType,
+    Typed,
+    first_input_dtype,
+    register,
+)
 from .rules import (
     BOOL,
     FLOATS,
@@ -68,6 +78,33 @@ def _check_dim(op: str, arg: str, what: str, found: Dim, expected: Dim) -> None:
     """Raise when two sizes are both static and differ (symbolic sizes are checked at run time)."""
     if isinstance(found, int) and isinstance(expected, int) and found != expected:
         raise OpArgumentError(f"{op}: input {arg!r} has {what} {found}; expected {expected}")
+
+
+# -- engine facts (OpDef.cost, OpDef.engine_limits) ------------------------------------------
+
+# onnxruntime 1.x computes these in float32 even for float64 inputs (found by
+# tests/exec/test_engines.py against the reference executor).
+_ORT_FLOAT64 = EngineLimit("on float64 (computed in lower precision)", first_input_dtype(_F64))
+
+
+def _window_cost(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> float:
+    """Conv, ConvTranspose: 2 * (one output channel's filter size) per output element, a
+    multiply and an add per weight (1 while the weight's shape is symbolic)."""
+    w = inputs[1] if len(inputs) > 1 else None
+    if w is None or not all(isinstance(d, int) for d in w.shape):
+        return 1
+    return 2 * math.prod(w.shape[1:])
+
+
+def _attention_cost(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> float:
+    """2 * the head size per output element: a rough count of the score and value products."""
+    q = inputs[0]
+    head = int(q.shape[-1]) if q is not None and q.shape else 1
+    return 2 * max(head, 1)
 
 
 # -- Softmax, LogSoftmax --------------------------------------------------------------------
@@ -149,6 +186,7 @@ for _name, _kernel, _log in (
             infer=_softmax_infer(_name),
             kernel=_kernel,
             samples=_softmax_samples(_log),
+            cost=8,
         )
     )
 
@@ -374,6 +412,7 @@ register(
         kernel=_layer_norm_kernel,
         samples=_norm_samples(rms=False),
         since_version=17,
+        cost=8,
     )
 )
 
@@ -392,6 +431,8 @@ register(
         kernel=_rms_norm_kernel,
         samples=_norm_samples(rms=True),
         since_version=23,
+        cost=6,
+        engine_limits={"onnxruntime": _ORT_FLOAT64},
     )
 )
 
@@ -490,6 +531,8 @@ register(
         infer=_batch_norm_infer,
         kernel=_batch_norm_kernel,
         samples=_batch_norm_samples,
+        cost=4,
+        engine_limits={"onnxruntime": _ORT_FLOAT64},
     )
 )
 
@@ -554,6 +597,7 @@ register(
         infer=_instance_norm_infer,
         kernel=_instance_norm_kernel,
         samples=_instance_norm_samples,
+        cost=8,
     )
 )
 
@@ -934,6 +978,7 @@ register(
         infer=_conv_infer,
         kernel=_conv_kernel,
         samples=_conv_samples,
+        cost=_window_cost,
     )
 )
 
@@ -1170,6 +1215,7 @@ register(
         infer=_conv_transpose_infer,
         kernel=_conv_transpose_kernel,
         samples=_conv_transpose_samples,
+        cost=_window_cost,
     )
 )
 
@@ -1404,6 +1450,7 @@ register(
         infer=_pool_infer("MaxPool", _MAXPOOL_DTYPES),
         kernel=_max_pool_kernel,
         samples=_max_pool_samples,
+        cost=4,
     )
 )
 
@@ -1418,6 +1465,7 @@ register(
         infer=_pool_infer("AveragePool", FLOATS),
         kernel=_avg_pool_kernel,
         samples=_avg_pool_samples,
+        cost=4,
     )
 )
 
@@ -2026,5 +2074,6 @@ register(
         kernel=_attention_kernel,
         samples=_attention_samples,
         since_version=23,
+        cost=_attention_cost,
     )
 )

@@ -26,7 +26,18 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import Dim, Shape, SymDim, format_shape
-from .registry import PURE, REDUCTION, Attr, Input, OpDef, Sample, TensorType, register
+from .registry import (
+    PURE,
+    REDUCTION,
+    Attr,
+    EngineLimit,
+    Input,
+    OpDef,
+    Sample,
+    TensorType,
+    Typed,
+    register,
+)
 from .rules import FLOATS, NUMERIC, normalize_axis, require, require_dtype
 from .sampling import sample_array
 
@@ -85,13 +96,7 @@ def reduce_axes(
     if not given:
         return () if noop_with_empty_axes else tuple(range(data.ndim))
     rank = data.ndim
-    for a in given:
-        if not -rank <= a < rank:
-            raise OpArgumentError(
-                f"{op}: axes={list(given)} is out of range for input 'data' of rank {rank} "
-                f"(shape {format_shape(data.shape)}; expected {-rank} <= axis < {rank})"
-            )
-    normalised = tuple(a % rank for a in given)
+    normalised = tuple(normalize_axis(op, a, rank, "axes", scalar=False) for a in given)
     if len(set(normalised)) != len(normalised):
         raise OpArgumentError(f"{op}: axes={list(given)} repeats an axis")
     return tuple(sorted(normalised))
@@ -123,6 +128,18 @@ def _native(x: np.ndarray) -> np.ndarray:
 # -- the Reduce* operators -----------------------------------------------------------------
 
 ReduceFn = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
+
+
+def _empty_data(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    data = inputs[0]
+    return data is not None and 0 in data.shape
+
+
+# Where onnxruntime 1.x departs from the ONNX semantics (found by tests/exec/test_engines.py
+# against the reference executor).
+_ORT_EMPTY = {"onnxruntime": EngineLimit("of an empty tensor", _empty_data)}
 
 
 def _reduction(
@@ -171,6 +188,7 @@ def _reduction(
             traits=frozenset({REDUCTION, PURE}),
             samples=_reduce_samples(reference, tuple(sample_dtypes), sample_range),
             since_version=18,
+            engine_limits=_ORT_EMPTY,
         )
     )
 

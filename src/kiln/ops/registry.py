@@ -8,7 +8,10 @@ unless ``domain`` says it is kiln's own), so a graph maps 1:1 onto ONNX. Its rec
   (:mod:`kiln.symbolic`) and validates the call, raising errors that name the operator;
 * ``kernel``: the CPU implementation over NumPy arrays;
 * ``traits``: facts passes and executors rely on (elementwise, reduction, ...);
-* ``samples``: inputs its tests run, each with an independent reference where one exists.
+* ``samples``: inputs its tests run, each with an independent reference where one exists;
+* what the engines need to know beyond the kernel: ``cost`` (how the engine selection weighs
+  it), ``fast_kernel`` (a faster call the NumPy engine may write for some nodes) and
+  ``engine_limits`` (nodes another engine would compute differently, so must not run).
 
 The tracer, the interpreters, the optimizer and ONNX import/export all read this registry;
 nothing else lists operators. Adding an operator is one ``register(OpDef(...))`` in the module
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -28,10 +31,18 @@ from ..symbolic import Dim, Shape, format_shape
 
 __all__ = [
     "TensorType",
+    "Typed",
+    "NodeRule",
+    "KernelCall",
+    "EngineLimit",
+    "first_input_dtype",
+    "same_dtype",
     "Input",
     "Attr",
     "Sample",
     "OpDef",
+    "NodeBuilder",
+    "ExpandFn",
     "REQUIRED",
     "register",
     "get_op",
@@ -43,6 +54,7 @@ __all__ = [
     "PURE",
     "COMMUTATIVE",
     "DATA_DEPENDENT_SHAPE",
+    "SHAPE_ONLY",
 ]
 
 # Traits.
@@ -53,6 +65,7 @@ LAYOUT = "layout"  # moves data without arithmetic (Reshape, Transpose, Slice, .
 PURE = "pure"  # no side effects, same inputs give the same outputs
 COMMUTATIVE = "commutative"  # f(a, b) == f(b, a)
 DATA_DEPENDENT_SHAPE = "data_dependent_shape"  # an output size depends on input values
+SHAPE_ONLY = "shape_only"  # reads its inputs' shapes only, never their contents (Shape, Size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +145,161 @@ InferFn = Callable[[Sequence["TensorType | None"], Mapping[str, Any]], Sequence[
 KernelFn = Callable[..., Any]
 
 
+class NodeBuilder(Protocol):
+    """What an ``expand`` hook builds its nodes with (:class:`kiln.ir.GraphBuilder` is one).
+
+    The operators sit below the IR and cannot import it, so the graph values passed around
+    here are typed ``Any``; they are :class:`kiln.ir.Value` objects.
+    """
+
+    def add(
+        self,
+        op: str,
+        inputs: Sequence[Any],
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        outputs: Sequence[Any] = (),
+    ) -> tuple[Any, ...]:
+        """Add a node of operator ``op`` (attributes bound, output types inferred, outputs
+        named) and return its output values; ``outputs`` are existing values it defines."""
+        ...
+
+
+# ``expand(builder, inputs, attrs, outputs)``: for a kiln-domain (fused) operator, add to
+# ``builder`` ONNX-domain nodes that compute the node's ``outputs`` from its ``inputs`` (None:
+# an omitted input); ``attrs`` are the node's, bound. The nodes making the outputs define the
+# node's own values (``builder.add(..., outputs=[...])``), so the rest of the graph still reads
+# them. kiln.ir.expand_node runs it.
+ExpandFn = Callable[[NodeBuilder, Sequence[Any], Mapping[str, Any], Sequence[Any]], None]
+
+
+# -- what engines read of a record beyond the kernel -----------------------------------------
+
+
+class Typed(Protocol):
+    """What an engine rule reads of a node's input or output: an IR value or a TensorType."""
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    @property
+    def shape(self) -> Shape: ...
+
+
+_T = TypeVar("_T")
+# A rule over one node's recorded types: ``rule(inputs, outputs, attrs)``, with ``None`` for an
+# omitted optional input and the attributes bound (defaults filled in, see OpDef.bind_attrs).
+NodeRule = Callable[[Sequence["Typed | None"], Sequence[Typed], Mapping[str, Any]], _T]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCall:
+    """One call the NumPy engine writes into its generated code to run a node.
+
+    ``template`` is a Python expression over the node's inputs (``{0}``, ``{1}``, ...) and the
+    objects of ``binds`` (``{b0}``, ``{b1}``, ...), which the plan binds once; so
+    ``KernelCall("{b0}({0}, {1})", (np.divide,))`` runs ``np.divide(a, b)``.
+
+    Attributes:
+        template: The call, as a format string (see above).
+        binds: The objects the template names, in order.
+        returns_view: The result may be a view of an input or of a constant
+            (``"{0}.reshape({b0})"``), so the run must never write into it.
+        ufunc: The elementwise ufunc the template calls with the inputs as they are, when the
+            plan may add ``out=`` an input buffer that no later node reads.
+
+    Example:
+        >>> KernelCall("{b0}({0}, {1})", (np.divide,), ufunc=np.divide).returns_view
+        False
+    """
+
+    template: str
+    binds: tuple[Any, ...] = ()
+    returns_view: bool = False
+    ufunc: np.ufunc | None = None
+
+
+def same_dtype(inputs: Sequence[Typed | None], outputs: Sequence[Typed]) -> bool:
+    """True when every given input has the first output's dtype (NumPy then computes in that
+    dtype, and a ufunc may write its result into an input buffer); a guard of fast kernels.
+
+    Example:
+        >>> f32 = TensorType(np.dtype(np.float32), (2,))
+        >>> same_dtype([f32, None], [f32])
+        True
+    """
+    out = outputs[0].dtype if outputs else None
+    return all(v.dtype == out for v in inputs if v is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimit:
+    """Nodes of an operator that one engine must not run, because it would compute them
+    differently from kiln's semantics (or not at all): the engine refuses such a graph, and
+    the automatic selection leaves it to another engine.
+
+    Attributes:
+        reason: Completes the sentence "<operator> ...", as the engine's refusal says it:
+            ``"on float64 (computed in lower precision)"``.
+        when: ``when(inputs, outputs, attrs)``, whether a node with these types and bound
+            attributes is concerned (a :data:`NodeRule`); None: every node of the operator.
+
+    Example:
+        >>> EngineLimit("of an empty tensor").applies([], [], {})
+        True
+    """
+
+    reason: str
+    when: NodeRule[bool] | None = None
+
+    def applies(
+        self, inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> bool:
+        """Whether a node with these types and (bound) attributes must not run there."""
+        return self.when is None or self.when(inputs, outputs, attrs)
+
+
+def first_input_dtype(*dtypes: Any) -> NodeRule[bool]:
+    """An :attr:`EngineLimit.when` rule: the node's first input has one of ``dtypes``.
+
+    Example:
+        >>> rule = first_input_dtype(np.float64)
+        >>> rule([TensorType(np.dtype(np.float64), (2,))], [], {})
+        True
+    """
+    wanted = frozenset(np.dtype(d) for d in dtypes)
+
+    def applies(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> bool:
+        first = inputs[0] if inputs else None
+        return first is not None and first.dtype in wanted
+
+    return applies
+
+
 @dataclass(frozen=True)
 class OpDef:
-    """Everything kiln knows about one operator."""
+    """Everything kiln knows about one operator.
+
+    Besides its semantics (``inputs``, ``attrs``, ``infer``, ``kernel``, ``traits``,
+    ``samples``), a record carries the facts engines need about the operator, so no engine
+    lists operators by name (an engine's own lowering table aside):
+
+    Attributes:
+        cost: Element operations per output element, relative to an add, by which the
+            engine selection (:func:`kiln.exec.select.work_estimate`) weighs a node: a number
+            (Tanh: 6, NumPy's time for it relative to an add), or a :data:`NodeRule` giving
+            it from the node's types and attributes (MatMul: 2 * K multiply-adds per output).
+        fast_kernel: A :data:`NodeRule` the NumPy engine asks for a faster
+            :class:`KernelCall` than the registry kernel for one node, or None where there is
+            none (Div on float32: ``np.divide`` itself). It returns None for the nodes it
+            does not cover; the call must compute exactly what ``kernel`` computes.
+        engine_limits: Engine name (``"jax"``, ``"onnxruntime"``) to the
+            :class:`EngineLimit` saying which nodes of this operator that engine must not run,
+            and why (Gelu on float64 in onnxruntime). The NumPy and reference engines run
+            every node.
+    """
 
     name: str
     doc: str
@@ -148,10 +313,13 @@ class OpDef:
     domain: str = ""  # "" is the ONNX domain; "kiln" marks kiln's own (fused) operators
     since_version: int = 21
     variadic_outputs: bool = False  # Split: as many outputs as the node declares
-    # For kiln-domain (fused) operators: ``expand(node, scope) -> list[Node]``, ONNX-domain
-    # nodes computing the same outputs from the same inputs (``scope`` names new values). ONNX
-    # export and executors without a kernel for the fused op use it.
-    expand: Callable[..., Any] | None = None
+    # For kiln-domain (fused) operators: the ONNX-domain nodes computing the same outputs
+    # from the same inputs (see ExpandFn). ONNX export and executors without a kernel for the
+    # fused op use it.
+    expand: ExpandFn | None = None
+    cost: float | NodeRule[float] = 1
+    fast_kernel: NodeRule[KernelCall | None] | None = None
+    engine_limits: Mapping[str, EngineLimit] = field(default_factory=dict)
 
     @property
     def qualified_name(self) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from .. import dtypes
-from ..errors import OpArgumentError, OpTypeError
+from ..errors import AxisError, OpArgumentError, OpTypeError
 from ..symbolic import Dim, Shape, broadcast_dim, format_shape
 from .registry import TensorType
 
@@ -46,19 +46,52 @@ def require(op: str, arg: str, t: TensorType | None) -> TensorType:
     return t
 
 
-def normalize_axis(op: str, axis: int, ndim: int, arg: str = "axis") -> int:
-    """``axis`` in ``[0, ndim)``, accepting negative axes NumPy-style."""
-    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
-        raise OpArgumentError(
-            f"{op}: {arg}={axis} is out of range for a tensor of rank {ndim} "
-            f"(expected {-ndim} <= {arg} < {ndim})"
-        )
-    return axis % ndim if ndim else 0
+def normalize_axis(
+    op: str,
+    axis: int,
+    ndim: int,
+    arg: str = "axis",
+    *,
+    scalar: bool = True,
+    numpy_wording: bool = False,
+) -> int:
+    """``axis`` in ``[0, ndim)``, accepting negative axes NumPy-style: the one axis check of
+    kiln's operators, its NumPy-style functions and ``kiln.nn``.
+
+    Args:
+        op: The operator or function the error names ("" for none).
+        axis: The axis given.
+        ndim: The rank of the tensor it indexes.
+        arg: The argument the error names.
+        scalar: Let a 0-d tensor take axis 0 (as the whole tensor), as kiln's operators
+            always have; NumPy-style callers pass False (in NumPy a 0-d array has no axis).
+        numpy_wording: Word the error as NumPy does ("axis 3 is out of bounds for an array
+            of dimension 2"), for the functions that mirror NumPy's.
+
+    Raises:
+        AxisError: ``axis`` is outside ``[-ndim, ndim)``; it is an ``OpArgumentError`` and
+            NumPy's ``AxisError`` (a ``ValueError`` and an ``IndexError``) alike.
+
+    Example:
+        >>> normalize_axis("Softmax", -1, 3), normalize_axis("Softmax", 0, 0)
+        (2, 0)
+    """
+    if -ndim <= axis < ndim or (scalar and ndim == 0 and axis == 0):
+        return axis % ndim if ndim else 0
+    if numpy_wording:
+        where = f"{op}: " if op else ""
+        raise AxisError(f"{where}axis {axis} is out of bounds for an array of dimension {ndim}")
+    raise AxisError(
+        f"{op}: {arg}={axis} is out of range for a tensor of rank {ndim} "
+        f"(expected {-ndim} <= {arg} < {ndim})"
+    )
 
 
-def normalize_axes(op: str, axes: Iterable[int], ndim: int, arg: str = "axes") -> tuple[int, ...]:
-    """Each axis normalised; duplicates rejected."""
-    result = tuple(normalize_axis(op, a, ndim, arg) for a in axes)
+def normalize_axes(
+    op: str, axes: Iterable[int], ndim: int, arg: str = "axes", *, scalar: bool = True
+) -> tuple[int, ...]:
+    """Each axis normalised (:func:`normalize_axis`); duplicates rejected."""
+    result = tuple(normalize_axis(op, a, ndim, arg, scalar=scalar) for a in axes)
     if len(set(result)) != len(result):
         raise OpArgumentError(f"{op}: {arg}={tuple(axes)} repeats an axis")
     return result

@@ -30,16 +30,21 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import Dim, SymDim, dim_max, dim_min, floordiv, format_shape, fresh_symbol, prod
+from .folding import FOLDING_LIMITS
 from .registry import (
     DATA_DEPENDENT_SHAPE,
     LAYOUT,
     PURE,
     SHAPE,
+    SHAPE_ONLY,
     Attr,
+    EngineLimit,
     Input,
+    KernelCall,
     OpDef,
     Sample,
     TensorType,
+    Typed,
     register,
 )
 from .rules import (
@@ -63,7 +68,7 @@ INT64_MIN = -(2**63)
 # A bound at least this large (in magnitude) means "to the end" whatever the axis size.
 _SENTINEL = 2**62
 # Only small 0-d/1-d integer tensors carry their contents (as kiln.tensor does).
-_VALUE_LIMIT = 64
+_VALUE_LIMIT = FOLDING_LIMITS.known_ints
 _INDEX = frozenset({dtypes.int32, dtypes.int64})
 _I64 = frozenset({dtypes.int64})
 _LAYOUT = frozenset({LAYOUT, PURE})
@@ -71,6 +76,43 @@ _SHAPE = frozenset({SHAPE, PURE})
 
 # Sample dtypes: a float, an int and bool, as every layout op moves any dtype.
 _DTS = (dtypes.float32, dtypes.int64, dtypes.bool_)
+
+
+# -- engine facts (OpDef.fast_kernel, OpDef.engine_limits) ---------------------------------
+
+
+def _static_reshape_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """Reshape, Flatten, Squeeze, Unsqueeze to a static output shape: ``x.reshape(shape)``
+    with the shape bound once (a view, as the kernels return)."""
+    shape = outputs[0].shape
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    return KernelCall("{0}.reshape({b0})", (tuple(shape),), returns_view=True)
+
+
+def _transpose_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``x.transpose(perm)`` with the permutation resolved once (a view)."""
+    x = inputs[0]
+    assert x is not None  # Transpose's one input is required
+    perm = attrs["perm"]
+    perm = tuple(reversed(range(len(x.shape)))) if perm is None else tuple(perm)
+    return KernelCall("{0}.transpose({b0})", (perm,), returns_view=True)
+
+
+def _bool_with_reduction(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    data = inputs[0]
+    return data is not None and data.dtype == np.bool_ and attrs["reduction"] != "none"
+
+
+# Where onnxruntime 1.x departs from the ONNX semantics (found by tests/exec/test_engines.py
+# against the reference executor).
+_ORT_BOOL_REDUCTION = {"onnxruntime": EngineLimit("on bool with a reduction", _bool_with_reduction)}
 
 
 # -- helpers for infer ---------------------------------------------------------------------
@@ -304,6 +346,7 @@ register(
         kernel=_reshape_kernel,
         traits=_LAYOUT,
         samples=_reshape_samples,
+        fast_kernel=_static_reshape_fast,
     )
 )
 
@@ -365,6 +408,7 @@ register(
         kernel=_transpose_kernel,
         traits=_LAYOUT,
         samples=_transpose_samples,
+        fast_kernel=_transpose_fast,
     )
 )
 
@@ -421,6 +465,7 @@ register(
         kernel=_flatten_kernel,
         traits=_LAYOUT,
         samples=_flatten_samples,
+        fast_kernel=_static_reshape_fast,
     )
 )
 
@@ -533,6 +578,7 @@ register(
         kernel=_squeeze_kernel,
         traits=_LAYOUT,
         samples=_squeeze_samples,
+        fast_kernel=_static_reshape_fast,
     )
 )
 
@@ -546,6 +592,7 @@ register(
         kernel=_unsqueeze_kernel,
         traits=_LAYOUT,
         samples=_unsqueeze_samples,
+        fast_kernel=_static_reshape_fast,
     )
 )
 
@@ -1353,6 +1400,7 @@ register(
         kernel=_scatter_nd_kernel,
         traits=frozenset({PURE}),
         samples=_scatter_nd_samples,
+        engine_limits=_ORT_BOOL_REDUCTION,
     )
 )
 
@@ -1443,6 +1491,7 @@ register(
         kernel=_scatter_elements_kernel,
         traits=frozenset({PURE}),
         samples=_scatter_elements_samples,
+        engine_limits=_ORT_BOOL_REDUCTION,
     )
 )
 
@@ -1645,7 +1694,7 @@ register(
         attrs={"start": Attr("int", 0), "end": Attr("int", None)},
         infer=_shape_infer,
         kernel=_shape_kernel,
-        traits=_SHAPE,
+        traits=_SHAPE | {SHAPE_ONLY},
         samples=_shape_samples,
     )
 )
@@ -1677,7 +1726,7 @@ register(
         outputs=("size",),
         infer=_size_infer,
         kernel=lambda data: np.array(data.size, dtype=np.int64),
-        traits=_SHAPE,
+        traits=_SHAPE | {SHAPE_ONLY},
         samples=_size_samples,
     )
 )
