@@ -210,14 +210,10 @@ def test_kiln_domain_op_is_exported_through_expand(scratch_registry) -> None:
     from kiln.ir.graph import ModelGraph, Node, Value
     from kiln.ops.registry import Input, OpDef, TensorType, get_op, register
 
-    def expand(node, scope):
-        (x,) = node.inputs
-        (y,) = node.outputs
-        mid = Value(scope.fresh("relu_out"), x.type)
-        return [
-            Node("Relu", (x,), (mid,), {}, scope.fresh("relu")),
-            Node("Neg", (mid,), (y,), {}, scope.fresh("neg")),
-        ]
+    def expand(builder, inputs, attrs, outputs):
+        (x,) = inputs
+        (mid,) = builder.add("Relu", [x])
+        builder.add("Neg", [mid], outputs=outputs)
 
     name = "kiln.TestOnlyNegRelu"
     try:

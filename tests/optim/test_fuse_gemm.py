@@ -7,6 +7,7 @@ import pytest
 
 import kiln
 from kiln.optim import fuse_gemm
+from kiln.tensor import call
 
 from ..numerics import assert_close
 from .graphs import ops, run, traced
@@ -53,7 +54,7 @@ def test_plain_matmul_and_dynamic_rows():
 
 
 def test_gemm_without_bias_takes_one():
-    g = traced(lambda x, w, b: kiln.ops.call("Gemm", x, w, transB=1) + b, X, W, B)
+    g = traced(lambda x, w, b: call("Gemm", x, w, transB=1) + b, X, W, B)
     out, n = fuse_gemm(g)
     out.verify()
     assert n == 1 and ops(out) == ["Gemm"] and len(out.nodes[0].inputs) == 3

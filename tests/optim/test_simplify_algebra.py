@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.ops import call
 from kiln.optim import DefaultsOptions, simplify_algebra
 from kiln.optim.simplify_algebra import exact_cast
+from kiln.tensor import call
 
 from ..numerics import assert_close
 from .graphs import ops, run, traced
@@ -105,7 +105,7 @@ def test_integer_powers_and_casts_follow_their_dtypes():
     got, n = simplified(lambda v: v**2, i)
     assert got == ["Mul"]
     # An integer base to a float exponent is computed in float64: not a multiplication.
-    g = traced(lambda v: kiln.ops.call("Pow", v, kiln.asarray(np.float32(2))), i)
+    g = traced(lambda v: call("Pow", v, kiln.asarray(np.float32(2))), i)
     assert simplify_algebra(g)[1] == 0
     got, _ = simplified(lambda v: v.astype(np.int64).astype(np.float64), i.astype(np.int32))
     assert got == ["Cast"]  # int32 -> int64 is exact

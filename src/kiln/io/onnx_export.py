@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import onnx_dtype_code
 from ..errors import UnsupportedOperationError
+from ..ir.builder import expand_node
 from ..ir.graph import Node, Value
-from ..ops.elementwise import onnx_dtype_code
 from ..ops.registry import REQUIRED, Attr, OpDef, TensorType, get_op
 from ..symbolic import SymDim
 
@@ -136,13 +137,14 @@ def _onnx_domain_nodes(graph: ModelGraph) -> list[Node]:
             raise UnsupportedOperationError(
                 f"node {node.name!r}: operator {opdef.qualified_name} has no ONNX form (its "
                 "OpDef has no expand hook), so the graph cannot be exported; run the graph "
-                "without fusing it, or give the operator an expand(node, scope) hook"
+                "without fusing it, or give the operator an expand(builder, inputs, attrs, "
+                "outputs) hook"
             )
         if depth > 16:
             raise UnsupportedOperationError(
                 f"node {node.name!r}: expanding {opdef.qualified_name} does not terminate"
             )
-        for sub in opdef.expand(node, scope):
+        for sub in expand_node(node, scope):
             emit(sub, depth + 1)
 
     for node in graph.nodes:

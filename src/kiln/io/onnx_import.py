@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import dtype_from_onnx_code
 from ..errors import KilnError, UnsupportedOperationError
-from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
-from ..ops.elementwise import dtype_from_onnx_code
-from ..ops.registry import DATA_DEPENDENT_SHAPE, TensorType, get_op
-from ..symbolic import Dim, SymDim, fresh_symbol, symbol
+from ..ir.builder import GraphBuilder
+from ..ir.graph import ModelGraph, NameScope, Value
+from ..ops.folding import FOLDING_LIMITS, fold, known_array
+from ..ops.registry import TensorType, get_op
+from ..symbolic import Dim, fresh_symbol, symbol
 
 if TYPE_CHECKING:
     import onnx
@@ -117,11 +119,14 @@ class _Importer:
     opset: int
     constant_inputs: dict[str, Any] = field(default_factory=dict)
     values: dict[str, Value] = field(default_factory=dict)
-    constants: list[Constant] = field(default_factory=list)
-    nodes: list[Node] = field(default_factory=list)
     scope: NameScope = field(default_factory=NameScope)
-    node_names: set[str] = field(default_factory=set)
     declared: dict[str, Any] = field(default_factory=dict)  # value_info and outputs by name
+    builder: GraphBuilder = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Every value is typed by its operator's infer, completed with the contents of small
+        # shape tensors the model computes from known values.
+        self.builder = GraphBuilder(self.scope, refine=_with_known_values)
 
     def run(self) -> ModelGraph:
         onnx = _onnx()
@@ -137,7 +142,6 @@ class _Importer:
             raise UnsupportedOperationError(
                 "the model has sparse initializers; kiln supports dense initializers only"
             )
-        inputs = []
         input_names = {info.name for info in g.input}
         unknown = sorted(set(self.constant_inputs) - input_names)
         if unknown:
@@ -159,9 +163,7 @@ class _Importer:
                     )
                 self.add_constant(info.name, data)
                 continue
-            value = Value(info.name, ttype)
-            self.values[info.name] = value
-            inputs.append(value)
+            self.values[info.name] = self.builder.add_input(info.name, ttype)
         self.declared = {info.name: info for info in list(g.value_info) + list(g.output)}
         for node in g.node:
             self.import_node(node)
@@ -172,7 +174,7 @@ class _Importer:
                     f"graph output {info.name!r} is not computed by any node of the model"
                 )
             outputs.append(self.values[info.name])
-        graph = ModelGraph(g.name or "model", inputs, outputs, self.nodes, self.constants)
+        graph = self.builder.graph(g.name or "model", outputs)
         graph.verify()
         return graph
 
@@ -180,10 +182,9 @@ class _Importer:
 
     def add_constant(self, name: str, data: np.ndarray) -> Value:
         data = np.array(data, order="C")  # owned; 0-d stays 0-d
-        data.flags.writeable = False
-        value = Value(name, _constant_type(data))
+        data.flags.writeable = False  # so the builder keeps this copy as it is
+        value = self.builder.add_constant(data, name=name)
         self.values[name] = value
-        self.constants.append(Constant(value, data))
         return value
 
     def new_constant(self, hint: str, data: np.ndarray) -> Value:
@@ -209,67 +210,47 @@ class _Importer:
         node_name: str,
         where: str,
     ) -> list[Value]:
-        """Append one kiln node, typing its outputs with the operator's ``infer``."""
-        opdef = get_op(op)
-        try:
-            bound = opdef.bind_attrs(attrs)
-            opdef.check_arity(len(inputs))
-            types = list(opdef.infer([None if v is None else v.type for v in inputs], bound))
-        except KilnError as exc:
-            raise UnsupportedOperationError(f"{where}: {exc}") from exc
-        types = _with_known_values(opdef, inputs, bound, types)
+        """Append one kiln node through the builder: outputs keep the model's names (an unnamed
+        one is called after the node), and the node keeps its name where it is unique."""
         names = list(output_names)
         while names and names[-1] == "":
             names.pop()  # trailing optional outputs the model does not use
-        if len(names) > len(types):
-            raise UnsupportedOperationError(
-                f"{where}: the node has {len(names)} outputs but kiln's {op} makes "
-                f"{len(types)} ({', '.join(opdef.outputs)})"
+        try:
+            # A variadic operator (Split) declares every output it makes; others as many as
+            # the model names, at least one.
+            count = None if get_op(op).variadic_outputs else max(len(names), 1)
+            outputs = self.builder.add(
+                op,
+                inputs,
+                attrs,
+                outputs=[n or None for n in names],
+                n_outputs=count,
+                name=node_name,
+                hint=node_name,
+                known_shapes=[self.declared_shape(n) for n in names],
             )
-        if opdef.variadic_outputs:
-            keep = len(types)
-        else:
-            keep = max(len(names), 1)
-        outputs = []
-        for i, ttype in enumerate(types[:keep]):
-            name = (
-                names[i]
-                if i < len(names) and names[i]
-                else self.scope.fresh(
-                    f"{node_name}_{opdef.outputs[min(i, len(opdef.outputs) - 1)]}"
-                )
-            )
-            if DATA_DEPENDENT_SHAPE in opdef.traits:
-                ttype = self.declared_sizes(name, ttype)
-            value = Value(name, ttype)
-            self.values[name] = value
-            outputs.append(value)
-        name = node_name
-        if not name or name in self.node_names:
-            name = self.scope.fresh(name or outputs[0].name or snake_case(op))
-        self.node_names.add(name)
-        self.scope.reserve(name)
-        self.nodes.append(Node(op, tuple(inputs), tuple(outputs), bound, name))
-        return outputs
+        except KilnError as exc:
+            raise UnsupportedOperationError(f"{where}: {exc}") from exc
+        for value in outputs:
+            self.values[value.name] = value
+        return list(outputs)
 
-    def declared_sizes(self, name: str, inferred: TensorType) -> TensorType:
-        """``inferred`` with the model's own names for sizes that depend on data (NonZero's
-        count): a size the operator leaves as a fresh symbol takes the declared ``dim_param``
-        or ``dim_value``, so a kiln graph round-trips with the same symbols."""
-        info = self.declared.get(name)
+    def declared_shape(self, name: str) -> list[Dim | None] | None:
+        """The shape the model declares for value ``name`` (None for a size it leaves
+        unknown), or None. The builder gives a size that depends on data (NonZero's count) the
+        declared ``dim_param`` or ``dim_value``, so a kiln graph round-trips with its symbols."""
+        info = self.declared.get(name) if name else None
         if info is None or info.type.WhichOneof("value") != "tensor_type":
-            return inferred
-        dims = info.type.tensor_type.shape.dim
-        if len(dims) != inferred.ndim:
-            return inferred
-        shape = []
-        for d, mine in zip(dims, inferred.shape):
-            if isinstance(mine, SymDim) and d.HasField("dim_param") and d.dim_param:
-                mine = symbol(d.dim_param)
-            elif isinstance(mine, SymDim) and d.HasField("dim_value"):
-                mine = int(d.dim_value)
-            shape.append(mine)
-        return TensorType(inferred.dtype, tuple(shape), inferred.value)
+            return None
+        shape: list[Dim | None] = []
+        for d in info.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param:
+                shape.append(symbol(d.dim_param))
+            elif d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            else:
+                shape.append(None)
+        return shape
 
     # -- one ONNX node -----------------------------------------------------------------------
 
@@ -610,26 +591,14 @@ _REWRITES: dict[str, Callable[[_Importer, _Call], None]] = {
 
 # -- types, tensors, attributes ------------------------------------------------------------
 
-_FOLD_LIMIT = 64
-
-
-def _known_array(value: Value) -> np.ndarray | None:
-    """The contents of a small value whose type knows them statically, else None."""
-    t = value.type
-    if t.value is None or not all(isinstance(d, int) for d in t.shape):
-        return None
-    if not all(isinstance(v, (int, float)) for v in t.value):
-        return None  # a symbolic size: only the operators' own rules compute with those
-    return np.asarray(t.value).astype(t.dtype).reshape(t.shape)
-
-
 def _with_known_values(
     opdef: Any, inputs: Sequence[Value | None], attrs: dict[str, Any], types: list[TensorType]
 ) -> list[TensorType]:
     """Types completed with the contents of small integer/bool outputs whose inputs are all
     known (``Where(Equal(Shape(x), 4), ...)`` in a model's shape arithmetic), computed with the
     operator's kernel, so a later Reshape/Expand still knows its target shape. Types only:
-    the graph itself is unchanged."""
+    the graph itself is unchanged. Each output keeps contents up to the ``known_ints`` limit
+    of :class:`~kiln.ops.folding.FoldingLimits`, as every type does."""
     if not inputs or all(t.value is not None for t in types):
         return types
     if not all(t.dtype.kind in "biu" and t.ndim <= 1 for t in types):
@@ -639,19 +608,20 @@ def _with_known_values(
         if v is None:
             arrays.append(None)
             continue
-        array = _known_array(v)
+        array = known_array(v.type)
         if array is None:
             return types
         arrays.append(array)
-    from ..ops.dispatch import run_kernel
-
     try:
-        results = run_kernel(opdef, arrays, attrs)
+        results = fold(opdef, arrays, attrs, limit=None)  # measured per output below
     except Exception:  # folding is an optimisation of typing; the kernel runs again later
         return types
+    if results is None:
+        return types
+    limit = FOLDING_LIMITS.known_ints
     out = []
     for t, r in zip(types, results):
-        if t.value is None and r.size <= _FOLD_LIMIT and tuple(r.shape) == tuple(t.shape):
+        if t.value is None and r.size <= limit and tuple(r.shape) == tuple(t.shape):
             t = TensorType(t.dtype, t.shape, tuple(int(x) for x in r.reshape(-1)))
         out.append(t)
     return out + types[len(out) :]
@@ -719,14 +689,6 @@ def _symbol(text: str) -> Dim:
     """The symbol named ``text``; a name that is not an identifier (``2*B + 1``, written by
     an exporter for a computed size) is kept as one opaque symbol of that text."""
     return symbol(text)
-
-
-def _constant_type(data: np.ndarray) -> TensorType:
-    # The type a tensor holding ``data`` has (known contents of small int/float vectors), so
-    # an imported constant is typed exactly as a traced one.
-    from ..tensor import asarray
-
-    return asarray(data).type
 
 
 def _array(onnx: Any, tensor: Any, where: str) -> np.ndarray:

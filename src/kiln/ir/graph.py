@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import numpy as np
 
@@ -348,8 +348,15 @@ class Executable(Protocol):
     """What finalizing a graph makes (:class:`kiln.runtime.Program`), as the IR sees it."""
 
     requested_engine: str | None
+    check_inputs: Callable[[Any], list[np.ndarray]]
+    run_arrays: Callable[[Sequence[np.ndarray]], list[np.ndarray]]
+
+    @property
+    def engine(self) -> str: ...
 
     def run(self, inputs: Sequence[object] | Mapping[str, object]) -> list: ...
+
+    def bindings(self, arrays: Sequence[np.ndarray]) -> dict[str, int]: ...
 
 
 class GraphRuntime(Protocol):

@@ -8,9 +8,8 @@ constants. On a dynamic graph only the static parts fold; symbolic sizes stay co
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir.graph import Constant, ModelGraph
+from ..ops.folding import known_array
 from .transform import DefaultsOptions, transform
 
 __all__ = ["fold_shapes"]
@@ -25,11 +24,11 @@ def fold_shapes(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGraph
     for node in graph.nodes:
         known = []
         for out in node.outputs:
-            value = out.type.value
-            if value is None or not all(isinstance(v, int) for v in value):
+            # Integer contents only: this pass folds shape arithmetic; a type keeps contents
+            # up to FoldingLimits.known_ints elements, so the constants stay that small.
+            data = known_array(out.type, integral=True)
+            if data is None:
                 break
-            data = np.asarray(value, dtype=out.dtype).reshape(tuple(out.shape))  # type: ignore[arg-type]
-            data.flags.writeable = False
             known.append(Constant(out, data))
         if len(known) != len(node.outputs) or not node.outputs:
             nodes.append(node)

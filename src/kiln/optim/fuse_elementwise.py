@@ -20,7 +20,8 @@ from .transform import DefaultsOptions, transform
 __all__ = ["fuse_elementwise", "MIN_ELEMENTS", "MAX_INPUTS"]
 
 # Fuse only results this big: below it the per-operator cost of NumPy is already small.
-MIN_ELEMENTS = 1 << 15
+# The pass reads it from its options; this is their default, kept under its old name.
+MIN_ELEMENTS = DefaultsOptions.fusion_min_elements
 # numexpr takes at most this many operands in one expression.
 MAX_INPUTS = 30
 FUSED_OP = "kiln.FusedElementwise"

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..ir.graph import ModelGraph, Value
-from ..ops.elementwise import onnx_dtype_code
+from ..ir.graph import ModelGraph
 from ..symbolic import prod
+from .norm_patterns import normalize, normalized_axis, rsqrt_of, square, stash_type
 from .pattern import (
     Builder,
     Match,
@@ -32,7 +32,7 @@ from .pattern import (
 )
 from .transform import DefaultsOptions, transform
 
-__all__ = ["fuse_layer_norm", "LAYER_NORM_RULES", "normalized_axis", "stash_type", "rsqrt_of"]
+__all__ = ["fuse_layer_norm", "LAYER_NORM_RULES"]
 
 X = var("x")
 
@@ -43,59 +43,11 @@ def centered(tag: str) -> Pattern:
     return op("Sub", X, op("ReduceMean", X, var(), name=f"mean_{tag}"))
 
 
-def square(p: Pattern, q: Pattern) -> Pattern:
-    """``p ** 2`` or ``p * q`` (``q`` a second copy of ``p``'s pattern)."""
-    return either(op("Pow", p, const(2)), op("Mul", p, q))
-
-
-def rsqrt_of(p: Pattern, eps: str = "eps") -> tuple[Pattern, Pattern]:
-    """``sqrt(p + eps)`` (or ``** 0.5``) and the pattern of its use as a divisor."""
-    shifted = op("Add", p, const(name=eps))
-    return either(op("Sqrt", shifted), op("Pow", shifted, const(0.5))), shifted
-
-
-def normalize(numerator: Pattern, denominator: Pattern) -> Pattern:
-    """``numerator / denominator`` written as a division or a product with the reciprocal."""
-    return either(
-        op("Div", numerator, denominator),
-        op("Mul", numerator, op("Div", const(1), denominator)),
-        op("Mul", numerator, op("Reciprocal", denominator)),
-    )
-
-
 _VARIANCE = either(
     op("ReduceMean", square(centered("a"), centered("b")), var(), name="var"),
     op("Div", op("ReduceSumSquare", centered("a"), var(), name="var"), const(name="count")),
 )
 _LAYER_NORM = normalize(centered("x"), rsqrt_of(_VARIANCE)[0])
-
-
-def normalized_axis(m: Match, reductions: list[str], x: Value) -> int | None:
-    """The first axis ``a`` when every reduction named in ``reductions`` reduces exactly the
-    trailing axes ``[a, rank)`` of ``x`` with keepdims; None otherwise."""
-    rank = len(x.shape)
-    found: set[tuple[int, ...]] = set()
-    for name in reductions:
-        if name not in m.nodes:
-            continue
-        if len(m.node(name).inputs[0].shape) != rank or not m.attrs(name)["keepdims"]:  # type: ignore[union-attr]
-            return None
-        axes = m.axes(name)
-        if axes is None:
-            return None
-        found.add(axes)
-    if len(found) != 1:
-        return None
-    axes = found.pop()
-    if not axes or axes != tuple(range(axes[0], rank)):
-        return None
-    return axes[0]
-
-
-def stash_type(dtype: np.dtype) -> int:
-    """The statistics' dtype code: the input's own for float64 (so nothing is lost), float32
-    otherwise (ONNX's default; half precision then computes more exactly)."""
-    return onnx_dtype_code(dtype) if dtype == dtypes.float64 else 1
 
 
 def _epsilon(m: Match) -> float | None:

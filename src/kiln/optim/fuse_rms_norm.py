@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir.graph import ModelGraph
-from .fuse_layer_norm import normalize, normalized_axis, rsqrt_of, square, stash_type
+from .norm_patterns import normalize, normalized_axis, rsqrt_of, square, stash_type
 from .pattern import Builder, Match, Replacement, Rule, const, op, rewrite_with_rules, var
 from .transform import DefaultsOptions, transform
 

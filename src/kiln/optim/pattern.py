@@ -27,11 +27,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpArgumentError, OpTypeError
-from ..ir.graph import AttrValue, Constant, ModelGraph, NameScope, Node, Value, snake_case
-from ..ir.rewrite import substitute_node
-from ..ops.registry import COMMUTATIVE, get_op
-from ..tensor import Tensor
-from .eliminate_dead_code import eliminate_dead_code
+from ..ir.builder import GraphBuilder
+from ..ir.graph import AttrValue, Constant, ModelGraph, Node, Value
+from ..ir.rewrite import remove_unused, substitute_node
+from ..ops.registry import COMMUTATIVE
 from .transform import DefaultsOptions
 
 __all__ = [
@@ -302,18 +301,13 @@ class _Matcher:
 # -- building replacements ----------------------------------------------------------------
 
 
-class Builder:
-    """Makes the nodes and constants of one replacement; names come from the graph's scope.
+class Builder(GraphBuilder):
+    """Makes the nodes and constants of one replacement: a :class:`~kiln.ir.GraphBuilder`
+    over the graph's name scope, with the rules' shorthand (attributes as keywords).
 
-    The nodes are kept until the driver accepts the replacement, so a rule that gives up
-    half way leaves nothing behind.
+    The driver makes one per attempt and keeps its nodes until it accepts the replacement,
+    so a rule that gives up half way leaves nothing behind.
     """
-
-    def __init__(self, scope: NameScope, source: str) -> None:
-        self._scope = scope
-        self._source = source
-        self.nodes: list[Node] = []
-        self.constants: list[Constant] = []
 
     def op(self, name: str, *inputs: Value | None, **attrs: Any) -> Value:
         """Add a node of the single-output operator ``name``; returns its output value.
@@ -324,22 +318,11 @@ class Builder:
 
     def ops(self, name: str, *inputs: Value | None, count: int = 1, **attrs: Any) -> list[Value]:
         """Add a node of operator ``name`` declaring its first ``count`` outputs."""
-        opdef = get_op(name)
-        bound = opdef.bind_attrs(attrs)
-        opdef.check_arity(len(inputs))
-        types = list(opdef.infer([None if v is None else v.type for v in inputs], bound))
-        hint = snake_case(name)
-        outputs = tuple(Value(self._scope.fresh(hint), t) for t in types[:count])
-        self.nodes.append(Node(name, tuple(inputs), outputs, bound, outputs[0].name, self._source))
-        return list(outputs)
+        return list(self.add(name, inputs, attrs, n_outputs=count))
 
     def const(self, data: np.ndarray, hint: str = "const") -> Value:
-        """Add a constant holding ``data`` (copied, made read-only)."""
-        array = np.array(data)
-        array.flags.writeable = False
-        value = Value(self._scope.fresh(hint), Tensor._wrap(array).type)  # with known contents
-        self.constants.append(Constant(value, array))
-        return value
+        """Add a constant holding ``data`` (read-only; copied unless it already is)."""
+        return self.add_constant(data, hint=hint)
 
 
 # What a rule's builder returns: the replacement for the root's (first) output, one per
@@ -527,7 +510,9 @@ class _Sweep:
                 outputs.append(renamed)
             else:
                 carrier = Value(old.name, old.type)
-                extra.append(Node("Identity", (new,), (carrier,), {}, old.name))
+                copy = GraphBuilder(self.scope)
+                copy.add("Identity", [new], outputs=[carrier], name=old.name)
+                extra.extend(copy.nodes)
                 outputs.append(carrier)
             claimed.add(id(new))
         if renames:
@@ -583,7 +568,7 @@ def rewrite_with_rules(
         if not sweep.count:
             return graph, total
         total += sweep.count
-        graph, _ = eliminate_dead_code(sweep.finish(), options)
+        graph, _ = remove_unused(sweep.finish())
     names = ", ".join(sorted({r.name or "?" for r in rules}))
     raise RewriteLoopError(
         f"rewrite rules ({names}) still changed graph {graph.name!r} after {MAX_SWEEPS} sweeps; "

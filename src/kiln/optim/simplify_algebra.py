@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..dtypes import dtype_from_onnx_code
 from ..ir.graph import ModelGraph
-from ..ops.elementwise import dtype_from_onnx_code
+from ..ops.folding import fold
+from ..ops.registry import get_op
 from .pattern import Builder, Match, Replacement, Rule, const, keep, op, rewrite_with_rules, var
 from .transform import DefaultsOptions, transform
 
@@ -157,7 +159,6 @@ def _reshape_of_reshape(m: Match, b: Builder, options: DefaultsOptions) -> Repla
 def _fold_constants_of(kind: str):  # type: ignore[no-untyped-def]
     """``(x op c1) op c2 -> x op (c1 op c2)`` for Add or Mul: exact for integers, a reordering
     of float math otherwise (only under ``allow_reassociation``)."""
-    ufunc = np.add if kind == "Add" else np.multiply
 
     def build(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
         x = m["x"]
@@ -165,11 +166,11 @@ def _fold_constants_of(kind: str):  # type: ignore[no-untyped-def]
             return None
         c1, c2 = m.data("c1"), m.data("c2")
         assert c1 is not None and c2 is not None
-        with np.errstate(all="ignore"):
-            combined = np.asarray(ufunc(c1, c2)).astype(x.dtype)
-        if combined.size > options.constant_folding_limit:
+        # The optimizer's folding limit: a bigger combined constant would grow the graph.
+        folded = fold(get_op(kind), [c1, c2], {}, limit=options.constant_folding_limit)
+        if folded is None:
             return None
-        return b.op(kind, x, b.const(combined))
+        return b.op(kind, x, b.const(folded[0]))
 
     return build
 

@@ -1,19 +1,22 @@
 """Specialize a graph to concrete input sizes: every symbolic size becomes an int.
 
-Used by finalization with ``specialize=True``: the specialized graph's types are re-inferred
-with the sizes bound, after which shape arithmetic folds away (:mod:`fold_shapes`,
-:mod:`fold_constants`) and the executor can plan for fixed shapes.
+Used by finalization with ``specialize=True`` and by a trace whose operations pinned a dynamic
+size: the specialized graph's types are inferred again with the sizes bound (each node rebuilt
+by :meth:`kiln.ir.GraphBuilder.rebuild`), after which shape arithmetic folds away
+(:mod:`fold_shapes`, :mod:`fold_constants`) and the executor can plan for fixed shapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..ir.graph import Constant, ModelGraph, Node, Value
-from ..ops.registry import DATA_DEPENDENT_SHAPE, TensorType, get_op
+from ..ir.builder import GraphBuilder
+from ..ir.graph import ModelGraph, Value
+from ..ops.registry import TensorType
 from ..symbolic import SymDim, evaluate
+from .transform import DefaultsOptions, Transform
 
-__all__ = ["specialize_graph"]
+__all__ = ["specialize", "specialize_graph"]
 
 
 def _bind(ttype: TensorType, sizes: Mapping[str, int]) -> TensorType:
@@ -24,32 +27,55 @@ def _bind(ttype: TensorType, sizes: Mapping[str, int]) -> TensorType:
     return TensorType(ttype.dtype, shape, ttype.value)
 
 
+def _specialize(graph: ModelGraph, sizes: Mapping[str, int]) -> tuple[ModelGraph, int]:
+    """The specialized graph and how many values (inputs and node outputs) changed type."""
+    builder = GraphBuilder()
+    mapping: dict[int, Value] = {id(c.value): c.value for c in graph.constants}  # all static
+    changed = 0
+    for v in graph.input_values:
+        new = builder.add_input(v.name, _bind(TensorType(v.dtype, v.shape), sizes))
+        mapping[id(v)] = new
+        changed += new.type != v.type
+    for node in graph.nodes:
+        inputs = [None if v is None else mapping[id(v)] for v in node.inputs]
+        for old, new in zip(node.outputs, builder.rebuild(node, inputs)):
+            mapping[id(old)] = new
+            changed += new.type != old.type
+    outputs = [mapping[id(v)] for v in graph.output_values]
+    return graph.with_body(builder.nodes, outputs, graph.constants, builder.inputs), changed
+
+
 def specialize_graph(graph: ModelGraph, sizes: Mapping[str, int]) -> ModelGraph:
     """A copy of ``graph`` whose inputs have the symbolic sizes in ``sizes`` bound to ints,
-    with every node's output types inferred again. Data-dependent sizes stay symbolic."""
-    mapping: dict[int, Value] = {}
-    inputs = []
-    for v in graph.input_values:
-        new = Value(v.name, _bind(TensorType(v.dtype, v.shape), sizes))
-        mapping[id(v)] = new
-        inputs.append(new)
-    constants = []
-    for c in graph.constants:
-        new = Value(c.value.name, c.value.type)
-        mapping[id(c.value)] = new
-        constants.append(Constant(new, c.data))
-    nodes = []
-    for node in graph.nodes:
-        opdef = get_op(node.op)
-        ins = tuple(None if v is None else mapping[id(v)] for v in node.inputs)
-        attrs = opdef.bind_attrs(node.attrs)
-        inferred = list(opdef.infer([None if v is None else v.type for v in ins], attrs))
-        outs = []
-        for old, ttype in zip(node.outputs, inferred):
-            if DATA_DEPENDENT_SHAPE in opdef.traits:
-                ttype = TensorType(ttype.dtype, old.shape, ttype.value)
-            new = Value(old.name, ttype)
-            mapping[id(old)] = new
-            outs.append(new)
-        nodes.append(Node(node.op, ins, tuple(outs), node.attrs, node.name, node.source))
-    return graph.with_body(nodes, [mapping[id(v)] for v in graph.output_values], constants, inputs)
+    with every node's output types inferred again. Data-dependent sizes stay symbolic.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> x = np.ones((2, 3), np.float32)
+        >>> g = kiln.trace(lambda x: x * 2, x, dynamic_axes={"x": [0]}).graph
+        >>> specialize_graph(g, {"s0": 5}).outputs[0].shape
+        (5, 3)
+    """
+    return _specialize(graph, sizes)[0]
+
+
+def specialize(sizes: Mapping[str, int]) -> Transform:
+    """The transform that binds the symbolic sizes in ``sizes`` (:func:`specialize_graph`); it
+    counts the values whose type it changed, and gives back the graph itself when none.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> x = np.ones((2, 3), np.float32)
+        >>> g = kiln.trace(lambda x: x * 2, x, dynamic_axes={"x": [0]}).graph
+        >>> special, n = specialize({"s0": 5})(g)
+        >>> n, special.inputs[0].shape, specialize({"s0": 5})(special)[1]
+        (2, (5, 3), 0)
+    """
+    bound = dict(sizes)
+
+    def rewrite(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGraph, int]:
+        special, changed = _specialize(graph, bound)
+        return (special, changed) if changed else (graph, 0)
+
+    doc = "Bind the symbolic sizes " + ", ".join(f"{k}={v}" for k, v in sorted(bound.items()))
+    return Transform("specialize", rewrite, doc)

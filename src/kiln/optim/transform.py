@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from ..ops.folding import FOLDING_LIMITS
+
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
 
@@ -24,7 +26,8 @@ class DefaultsOptions:
     Attributes:
         constant_folding_limit: Fold a node over constants only if its outputs hold at most
             this many elements in all (bigger results stay computed at run time, keeping the
-            graph small).
+            graph small). Defaults to the optimizer's limit in
+            :data:`kiln.ops.folding.FOLDING_LIMITS`, where every folding size limit lives.
         allow_reassociation: Allow rewrites that reorder floating-point math (off by default:
             results then match eager bit for bit where the kernels do).
         verify: Check the IR's invariants after every transform (slower; for debugging).
@@ -32,7 +35,7 @@ class DefaultsOptions:
             least this many elements (smaller ones cost more in call overhead than they save).
     """
 
-    constant_folding_limit: int = 1 << 16
+    constant_folding_limit: int = FOLDING_LIMITS.optimizer
     allow_reassociation: bool = False
     verify: bool = False
     fusion_min_elements: int = 1 << 15
