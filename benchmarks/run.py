@@ -101,7 +101,7 @@ def bench(w: Workload, quick: bool, jaxmods: Any, torch: Any) -> dict[str, Any]:
     compiled(*xs)
     row["second_call_s"] = time.perf_counter() - start
     sec["kiln"] = _time(lambda: compiled(*xs), quick)
-    graph = compiled._current.graph if compiled._current is not None else None
+    graph = compiled.current_graph
     plan = graph.program.plan if graph is not None and graph.program is not None else None
     row["notes"]["engine"] = getattr(plan, "engine", type(plan).__name__)
     row["notes"]["selection"] = getattr(plan, "selection", None)
