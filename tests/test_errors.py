@@ -19,6 +19,9 @@ HIERARCHY = [
     (errors.GraphValidationError, ValueError),
     (errors.OpArgumentError, ValueError),
     (errors.OpTypeError, TypeError),
+    (errors.EngineError, RuntimeError),
+    (errors.ArgumentError, ValueError),
+    (errors.ArgumentTypeError, TypeError),
     (errors.AxisError, errors.OpArgumentError),
     (errors.AxisError, IndexError),  # NumPy's AxisError is a ValueError and an IndexError
     (errors.AxisError, np.exceptions.AxisError),

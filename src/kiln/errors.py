@@ -17,10 +17,13 @@ __all__ = [
     "GraphNotFinalizedError",
     "StateError",
     "DeviceUnavailableError",
+    "EngineError",
     "GraphValidationError",
     "OpArgumentError",
     "OpTypeError",
     "AxisError",
+    "ArgumentError",
+    "ArgumentTypeError",
     "RecaptureWarning",
     "CaptureWarning",
 ]
@@ -58,6 +61,11 @@ class DeviceUnavailableError(KilnError, RuntimeError):
     """A place was asked for whose backend is not installed or not present."""
 
 
+class EngineError(KilnError, RuntimeError):
+    """An engine (onnxruntime, XLA) failed while running a graph; the message names the node
+    where the engine says which one."""
+
+
 class GraphValidationError(KilnError, ValueError):
     """A graph breaks an invariant of the IR (order, ownership, names or types)."""
 
@@ -79,6 +87,27 @@ class AxisError(OpArgumentError, np.exceptions.AxisError):
     Example:
         >>> issubclass(AxisError, (ValueError, IndexError)), str(AxisError("sum: axis 2"))
         (True, 'sum: axis 2')
+    """
+
+
+class ArgumentError(KilnError, ValueError):
+    """An argument of a kiln function has a bad value (a ``dynamic_axes`` key that names no
+    input, a size of ``10**19``, a zero ``arange`` step); the message names the argument,
+    what was expected and what was given.
+
+    Example:
+        >>> issubclass(ArgumentError, ValueError)
+        True
+    """
+
+
+class ArgumentTypeError(KilnError, TypeError):
+    """An argument of a kiln function has the wrong type (``dynamic_axes=[0]`` instead of a
+    mapping, ``'a'`` where a size is expected); a ``TypeError`` as Python's own would be.
+
+    Example:
+        >>> issubclass(ArgumentTypeError, TypeError)
+        True
     """
 
 

@@ -11,7 +11,9 @@ one place.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,37 @@ from .ir.graph import ModelGraph, install_runtime
 from .optim.pipeline import run_pipeline
 from .optim.transform import DefaultsOptions, OptimizeReport, Transform
 
-__all__ = ["Program", "GraphRuntime"]
+__all__ = ["Program", "GraphRuntime", "selection_reference"]
+
+Reference = tuple[Sequence[np.ndarray], Sequence[np.ndarray]]
+# What the automatic engine selection checks its candidates against while a graph is finalized
+# inside selection_reference(...): checked inputs and the outputs they must give.
+_REFERENCE: ContextVar[Reference | None] = ContextVar("kiln_selection_reference", default=None)
+
+
+@contextmanager
+def selection_reference(
+    inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+) -> Iterator[None]:
+    """Within the block, finalizing a graph with the automatic engine choice checks each
+    candidate engine's outputs on ``inputs`` (the graph's inputs, in order) against
+    ``outputs`` (what NumPy gave: a compiled function passes its first call's eager result),
+    and keeps an engine only if they agree (:func:`kiln.exec.select.same_answer`).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: x * 2, kiln.ones((3,), "float32")).graph
+        >>> x = np.ones(3, np.float32)
+        >>> with selection_reference([x], [x * 2]):
+        ...     g.finalize()
+        >>> g.program.engine
+        'numpy'
+    """
+    token = _REFERENCE.set((list(inputs), list(outputs)))
+    try:
+        yield
+    finally:
+        _REFERENCE.reset(token)
 
 
 class Program:
@@ -42,8 +74,14 @@ class Program:
 
     __slots__ = ("plan", "place", "requested_engine", "check_inputs", "run_arrays")
 
-    def __init__(self, graph: ModelGraph, place: object, engine: str | None) -> None:
-        self.plan: Plan = build_plan(graph, place, engine)
+    def __init__(
+        self,
+        graph: ModelGraph,
+        place: object,
+        engine: str | None,
+        reference: Reference | None = None,
+    ) -> None:
+        self.plan: Plan = build_plan(graph, place, engine, reference)
         self.place = place
         self.requested_engine = engine  # None: chosen by measurement (see kiln.exec.select)
         self.check_inputs = self.plan.check_inputs
@@ -70,7 +108,10 @@ class GraphRuntime:
     """:class:`~kiln.ir.graph.GraphRuntime`: finalize, optimize and save graphs."""
 
     def finalize(self, graph: ModelGraph, place: object, engine: str | None) -> Program:
-        return Program(graph, place, engine)
+        reference = _REFERENCE.get() if engine is None else None
+        if reference is not None and not _fits(graph, reference):
+            reference = None  # not this graph's inputs and outputs
+        return Program(graph, place, engine, reference)
 
     def optimize(
         self,
@@ -86,6 +127,21 @@ class GraphRuntime:
 
     def to_onnx(self, graph: ModelGraph) -> object:
         return to_onnx(graph)
+
+
+def _fits(graph: ModelGraph, reference: Reference) -> bool:
+    """Whether ``reference`` holds an array of the right dtype and rank for each input and
+    output of ``graph``."""
+    inputs, outputs = reference
+    pairs = [*zip(graph.input_values, inputs), *zip(graph.output_values, outputs)]
+    return (
+        len(inputs) == len(graph.input_values)
+        and len(outputs) == len(graph.output_values)
+        and all(
+            isinstance(a, np.ndarray) and a.dtype == v.dtype and a.ndim == len(v.shape)
+            for v, a in pairs
+        )
+    )
 
 
 install_runtime(GraphRuntime())

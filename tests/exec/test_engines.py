@@ -367,7 +367,13 @@ def test_engine_matches_reference_on_models(model: str, engine: str, optimize: b
     if optimize:
         graph.optimize()
     reference = build_plan(graph, None, "reference").run_arrays(inputs)
-    graph.finalize(engine)
+    try:
+        graph.finalize(engine)
+    except UnsupportedOperationError as exc:
+        # an engine refuses a node it would compute differently (onnxruntime's ReduceMax and
+        # MaxPool skip NaN), naming it: tests/exec/test_engine_exactness.py
+        assert "node '" in str(exc), str(exc)
+        pytest.skip(f"{model} on {engine}: {exc}")
     got = graph.run(inputs)
     for g, r in zip(got, reference):
         assert_close(g, r, rtol=1e-4, atol=1e-5, what=f"{model} on {engine}")

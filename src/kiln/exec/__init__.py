@@ -9,15 +9,20 @@ A plan has ``check_inputs(inputs) -> arrays``, ``run_arrays(arrays) -> list[np.n
 * ``"onnxruntime"``: :class:`~kiln.exec.ort_engine.OrtPlan` (needs onnxruntime and onnx);
 * ``"reference"``: :class:`ReferencePlan`, the node-by-node interpreter every engine is
   tested against;
-* ``None``: chosen per graph by measured cost among the installed engines
-  (:func:`kiln.exec.select.choose`).
+* ``None``: chosen per graph among the installed engines that run every node with NumPy's
+  answer, by measured cost with a stable rule (:func:`kiln.exec.select.choose`). Engines
+  never change an answer (SPEC 5b): a forced engine that cannot run a node exactly raises
+  :class:`~kiln.errors.UnsupportedOperationError` naming the node.
 
 An accelerator executor plugs in here by device type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..device import as_device, require_backend
 from .cpu import CpuPlan
@@ -32,9 +37,16 @@ __all__ = ["ENGINES", "build_plan", "CpuPlan", "ReferencePlan"]
 ENGINES = ("numpy", "jax", "onnxruntime", "reference")
 
 
-def build_plan(graph: ModelGraph, place: object, engine: str | None = None) -> Any:
+def build_plan(
+    graph: ModelGraph,
+    place: object,
+    engine: str | None = None,
+    reference: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+) -> Any:
     """The plan that runs ``graph`` at ``place`` (``None``: the CPU) on ``engine``
-    (``None``: the fastest installed engine for this graph, see :mod:`kiln.exec.select`).
+    (``None``: the fastest installed engine for this graph that gives NumPy's answer, see
+    :mod:`kiln.exec.select`; ``reference``, checked inputs and the outputs they must give,
+    is what each candidate is also checked against).
 
     Raises :class:`~kiln.errors.DeviceUnavailableError` saying what to install when an engine
     asked for by name is not installed, and
@@ -64,4 +76,4 @@ def build_plan(graph: ModelGraph, place: object, engine: str | None = None) -> A
         return OrtPlan(graph)
     from .select import choose
 
-    return choose(graph)
+    return choose(graph, reference=reference)

@@ -14,6 +14,16 @@ kernel, so shape subgraphs never reach XLA and Reshape/Slice/... read static val
 traces again for every new set of input shapes; a plan keeps at most :data:`MAX_TRACES` and
 runs further shapes on the NumPy plan.
 
+Exactness (SPEC 5b, docs/design.md "Engines never change an answer"): XLA's algebraic
+simplifier rewrites ``log(exp(x))`` to ``x``, ``convert(x > 5) * x`` to a select (0 at NaN) and
+``n - n`` to 0 (then constant-folds an integer division by it, which kills the process with
+SIGFPE), so the plan compiles with that pass off (:data:`COMPILER_OPTIONS`), and the constant
+operands of elementwise nodes reach XLA behind an optimization barrier, so no rewrite keyed on
+a constant's value (``x + 0.0 -> x`` loses ``-0.0 + 0.0 = +0.0``) applies. Lowerings compute
+NumPy's answer where XLA's primitive differs: integer Div/Mod guard a zero divisor (NumPy
+gives 0, XLA -1), Sign of -0.0 is +0.0. Nodes no lowering makes exact are kept off this engine
+by their records (``OpDef.engine_limits["jax"]``: float CumSum).
+
 Example:
     >>> import kiln, numpy as np
     >>> g = kiln.trace(lambda x: np.tanh(x) * 2, kiln.ones((2, 3), "float32")).graph
@@ -32,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import dtype_from_onnx_code
-from ..errors import DeviceUnavailableError, UnsupportedOperationError
+from ..errors import DeviceUnavailableError, EngineError, KilnError, UnsupportedOperationError
 from ..ir.builder import expand_node
 from ..ops.dispatch import as_outputs
-from ..ops.registry import get_op
+from ..ops.registry import ELEMENTWISE, get_op
 from .inputs import InputChecker
 from .plan import Plan
 
@@ -49,6 +59,11 @@ MAX_TRACES = 8  # input-shape sets one plan compiles; further shapes run on the 
 # Constants up to this many elements are embedded in the XLA program; larger ones (weights)
 # are passed as device-resident arguments, which keeps compilation fast.
 EMBED_MAX_ELEMENTS = 64
+# XLA compiler options of every plan: the algebraic simplifier off, since its rewrites change
+# answers (log(exp(x)) -> x; select for convert(pred) * x; n - n -> 0 feeding an integer
+# division that constant folding then traps on). Measured on a tanh-GELU of 2048x1024 float32:
+# no slower (the fusion passes do the work).
+COMPILER_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 
 _jax: Any = None
 _jnp: Any = None
@@ -118,10 +133,18 @@ def _float_only(op: str, x: Any) -> None:
         raise NotLowerable(f"{op}: the jax lowering covers floating-point inputs only")
 
 
+def _nonzero_divisor(b: Any) -> tuple[Any, Any]:
+    """``b`` with 1 where it is 0 (XLA never divides by zero), and where it was 0."""
+    zero = b == 0
+    return _jnp.where(zero, _jnp.ones((), b.dtype), b), zero
+
+
 def _div(a: Any, b: Any) -> Any:
     if np.issubdtype(a.dtype, np.integer):
         a, b = _jnp.broadcast_arrays(a, b)
-        return _lax.div(a, b)  # truncates toward zero, as ONNX integer Div
+        safe, zero = _nonzero_divisor(b)
+        # truncates toward zero, as ONNX integer Div; x / 0 is 0, as NumPy (XLA: -1)
+        return _jnp.where(zero, _jnp.zeros((), a.dtype), _lax.div(a, safe))
     return _jnp.divide(a, b)
 
 
@@ -134,7 +157,19 @@ def _pow(x: Any, y: Any) -> Any:
 
 
 def _mod(a: Any, b: Any, *, fmod: int) -> Any:
+    if np.issubdtype(a.dtype, np.integer):
+        a, b = _jnp.broadcast_arrays(a, b)
+        safe, zero = _nonzero_divisor(b)
+        rem = _jnp.fmod(a, safe) if fmod else _jnp.remainder(a, safe)
+        return _jnp.where(zero, _jnp.zeros((), a.dtype), rem)  # x % 0 is 0, as NumPy
     return _jnp.fmod(a, b) if fmod else _jnp.remainder(a, b)
+
+
+def _sign(x: Any) -> Any:
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+        # NumPy: sign(-0.0) is +0.0; XLA keeps -0.0
+        return _jnp.where(x == 0, _jnp.zeros((), x.dtype), _jnp.sign(x))
+    return _jnp.sign(x)
 
 
 def _cast(x: Any, *, to: int, saturate: int, round_mode: str) -> Any:
@@ -692,7 +727,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "Not": _unary("logical_not"),
     "Reciprocal": _unary("reciprocal"),
     "Round": _unary("round"),  # half to even, as ONNX
-    "Sign": _unary("sign"),
+    "Sign": _sign,
     "Sin": _unary("sin"),
     "Sinh": _unary("sinh"),
     "Sqrt": _unary("sqrt"),
@@ -800,20 +835,21 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
 
 
 def unsupported_ops(graph: ModelGraph) -> list[str]:
-    """The operators of ``graph`` the jax engine has no lowering for, or that their records
-    keep off it (``OpDef.engine_limits``); empty: eligible."""
-    missing: set[str] = set()
+    """Why the jax engine cannot run nodes of ``graph`` with NumPy's answer, one line per
+    node (``"node 'div' (Div): ..."``): operators it has no lowering for, and nodes their
+    records keep off it (``OpDef.engine_limits``); empty: eligible."""
+    missing: dict[str, None] = {}
     read = {id(v) for n in graph.nodes for v in n.inputs if v is not None}
     read.update(id(v) for v in graph.output_values)
 
-    def visit(node: Node, scope: Any) -> None:
+    def visit(node: Node, scope: Any, where: str) -> None:
         opdef = get_op(node.op)
         limit = opdef.engine_limits.get(ENGINE)
-        if limit is not None and limit.applies(
-            node.inputs, node.outputs, opdef.bind_attrs(node.attrs)
-        ):
-            missing.add(f"{node.op} {limit.reason}")
-            return
+        if limit is not None:
+            why = limit.reason_for(node.inputs, node.outputs, opdef.bind_attrs(node.attrs))
+            if why is not None:
+                missing[f"{where}: {node.op} {why}"] = None
+                return
         lower = LOWERINGS.get(node.op)
         if lower is not None:
             if isinstance(lower, FirstOutputs):
@@ -821,18 +857,18 @@ def unsupported_ops(graph: ModelGraph) -> list[str]:
                 left_out = zip(node.outputs[count:], opdef.outputs[count:])
                 names = [name for v, name in left_out if id(v) in read]
                 if names:
-                    missing.add(f"{node.op} (with {', '.join(names)})")
+                    missing[f"{where}: {node.op} with {', '.join(names)} read"] = None
             return
         if opdef.expand is not None:
             for inner in expand_node(node, scope):
-                visit(inner, scope)
+                visit(inner, scope, where)
             return
-        missing.add(node.op)
+        missing[f"{where}: no jax lowering for {node.op}"] = None
 
     scope = graph.name_scope()
     for node in graph.nodes:
-        visit(node, scope)
-    return sorted(missing)
+        visit(node, scope, f"node {node.name!r}")
+    return list(missing)
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -853,13 +889,14 @@ class JaxPlan(Plan):
         missing = unsupported_ops(graph)
         if missing:
             raise UnsupportedOperationError(
-                f"graph {graph.name!r} cannot run on the jax engine: no lowering for "
-                f"{', '.join(missing)}; use engine='numpy'"
+                f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
+                f"{'; '.join(missing)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
         self.graph = graph
         self.checker = InputChecker(graph)
         self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker
-        self._fallback = fallback
+        self.fallback = fallback
+        self._numpy: Any = None
         self._lock = threading.Lock()
         self._shapes: set[tuple[tuple[int, ...], ...]] = set()
         self._x64 = any(v.dtype.itemsize == 8 and v.dtype.kind in "iuf" for v in graph.values())
@@ -876,7 +913,7 @@ class JaxPlan(Plan):
         self._passed_ids = tuple(passed_ids)
         with self._config():
             self._weights = tuple(_jnp.asarray(a) for a in passed)
-            self._jitted = _jax.jit(self._program)
+            self._jitted = _jax.jit(self._program, compiler_options=COMPILER_OPTIONS)
         # Trace once now for a static graph: unsupported attribute combinations surface at
         # finalize, not on the first call.
         if InputChecker(graph).static:
@@ -895,7 +932,15 @@ class JaxPlan(Plan):
             env[id(v)] = x
         scope = self.graph.name_scope()
         for node in self.graph.nodes:
-            _lower_node(node, env, scope)
+            try:
+                _lower_node(node, env, scope)
+            except KilnError:
+                raise
+            except Exception as exc:  # jax's own errors while tracing, named by node
+                raise EngineError(
+                    f"the jax engine cannot lower node {node.name!r} ({node.op}) of graph "
+                    f"{self.graph.name!r}: {type(exc).__name__}: {exc}"
+                ) from exc
         return [_jnp.asarray(env[id(v)]) for v in self.graph.output_values]
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -905,16 +950,29 @@ class JaxPlan(Plan):
                 if len(self._shapes) >= MAX_TRACES:
                     return self._numpy_fallback().run_arrays(arrays)
                 self._shapes.add(shapes)
-        with self._config():
-            outs = self._jitted(self._weights, *_jax.device_put(list(arrays)))
-        return [np.asarray(o) for o in outs]
+        try:
+            with self._config():
+                outs = self._jitted(self._weights, *_jax.device_put(list(arrays)))
+            return [np.array(o) for o in outs]  # writable, owned: never a jax buffer
+        except Exception as exc:
+            if self.fallback is not None:  # chosen automatically: NumPy's answer instead
+                return self.fallback.run_arrays(arrays)
+            if isinstance(exc, KilnError):
+                raise
+            raise EngineError(
+                f"the jax engine failed running graph {self.graph.name!r}: "
+                f"{type(exc).__name__}: {exc}. Finalize with engine='numpy' to run it on NumPy"
+            ) from exc
 
     def _numpy_fallback(self) -> Any:
-        if self._fallback is None:
+        """The NumPy plan of the graph (the automatic selection's, or one of its own)."""
+        if self.fallback is not None:
+            return self.fallback
+        if self._numpy is None:
             from .cpu import CpuPlan
 
-            self._fallback = CpuPlan(self.graph)
-        return self._fallback
+            self._numpy = CpuPlan(self.graph)
+        return self._numpy
 
 
 class _NullContext:
@@ -937,6 +995,10 @@ def _lower_node(node: Node, env: dict[int, Any], scope: Any) -> None:
         for v, r in zip(node.outputs, results):
             env[id(v)] = r
         return
+    if opdef.has(ELEMENTWISE):
+        # A constant operand reaches XLA opaque, so no rewrite keyed on its value applies
+        # (x + 0.0 -> x, x * 1.0 -> x, x / c -> x * (1 / c)) and nothing folds a division.
+        ins = [_opaque(x) if isinstance(x, np.ndarray) else x for x in ins]
     lower = LOWERINGS.get(node.op)
     if lower is None:
         if opdef.expand is None:
@@ -949,3 +1011,8 @@ def _lower_node(node: Node, env: dict[int, Any], scope: Any) -> None:
     for v, r in zip(node.outputs, results):
         if r is not None:  # None: an output the lowering leaves out, never read (see
             env[id(v)] = r  # unsupported_ops)
+
+
+def _opaque(x: np.ndarray) -> Any:
+    """``x`` as a traced value XLA cannot see the contents of."""
+    return _lax.optimization_barrier(_jnp.asarray(x))

@@ -6,6 +6,14 @@ Runtime's own graph optimizations (GEMM/attention/LayerNorm fusions, MLAS kernel
 engine is optional: it needs ``onnxruntime`` (``pip install onnxruntime``) and the ``onnx``
 exporter (:mod:`kiln.io.onnx_export`).
 
+Exactness (SPEC 5b): nodes onnxruntime computes differently from NumPy (it skips NaN in
+ReduceMax/ArgMax/MaxPool, fails on an integer division by zero, ...) are kept off this engine
+by their records (``OpDef.engine_limits["onnxruntime"]``). Nodes it crashes on when an input is
+empty (``EngineLimit.on_empty``: Einsum with an empty batch dies with SIGFPE) refuse the graph
+when the recorded shape is empty, and a call whose symbolic sizes make one empty runs on the
+NumPy plan. onnxruntime's own exceptions surface as :class:`~kiln.errors.EngineError` naming
+the node.
+
 Example:
     >>> import kiln, numpy as np
     >>> g = kiln.trace(lambda x: np.tanh(x) * 2, kiln.ones((2, 3), "float32")).graph
@@ -18,12 +26,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DeviceUnavailableError, UnsupportedOperationError
+from ..errors import DeviceUnavailableError, EngineError, UnsupportedOperationError
 from ..ops.registry import get_op
 from .inputs import InputChecker
 from .plan import Plan
@@ -58,22 +67,43 @@ ENGINE = "onnxruntime"  # the key of this engine's facts in OpDef.engine_limits
 
 
 def unsupported_nodes(graph: ModelGraph) -> list[str]:
-    """Why onnxruntime would compute nodes of ``graph`` differently from kiln (empty: none).
+    """Why onnxruntime would compute nodes of ``graph`` differently from NumPy, or crash on
+    them, one line per node (empty: none).
 
-    Each operator's record says where onnxruntime 1.x departs from the ONNX semantics kiln
-    implements (``OpDef.engine_limits``, found by tests/exec/test_engines.py against the
-    reference executor): such nodes keep the graph off this engine rather than return
-    different numbers.
+    Each operator's record says where onnxruntime 1.x departs from the semantics kiln
+    implements (``OpDef.engine_limits``, found by tests/exec/test_engines.py and
+    tests/exec/test_engine_exactness.py against the reference executor): such nodes keep the
+    graph off this engine rather than return different numbers.
     """
     problems = []
     for node in graph.nodes:
         opdef = get_op(node.op)
         limit = opdef.engine_limits.get(ENGINE)
-        if limit is not None and limit.applies(
-            node.inputs, node.outputs, opdef.bind_attrs(node.attrs)
-        ):
-            problems.append(f"{node.op} {limit.reason}")
+        if limit is None:
+            continue
+        why = limit.reason_for(node.inputs, node.outputs, opdef.bind_attrs(node.attrs))
+        if why is not None:
+            problems.append(f"node {node.name!r}: {node.op} {why}")
     return problems
+
+
+def empty_guards(graph: ModelGraph) -> list[tuple[str, tuple[Any, ...]]]:
+    """The nodes onnxruntime would crash on were an input empty (``EngineLimit.on_empty``)
+    whose input sizes are symbolic: (node name, the symbolic sizes of its inputs). A call
+    that makes one of those sizes 0 runs on the NumPy plan."""
+    guards = []
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        limit = opdef.engine_limits.get(ENGINE)
+        if limit is None:
+            continue
+        if limit.empty_limits(node.inputs, node.outputs, opdef.bind_attrs(node.attrs)):
+            sizes = tuple(
+                d for v in node.inputs if v is not None for d in v.shape if not isinstance(d, int)
+            )
+            if sizes:
+                guards.append((node.name, sizes))
+    return guards
 
 
 def available() -> bool:
@@ -101,7 +131,7 @@ class OrtPlan(Plan):
 
     engine = ENGINE
 
-    def __init__(self, graph: ModelGraph) -> None:
+    def __init__(self, graph: ModelGraph, fallback: Any = None) -> None:
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -118,7 +148,8 @@ class OrtPlan(Plan):
         problems = unsupported_nodes(graph)
         if problems:
             raise UnsupportedOperationError(
-                f"graph {graph.name!r} cannot run on onnxruntime: {'; '.join(problems)}"
+                f"graph {graph.name!r} cannot run on onnxruntime with NumPy's results: "
+                f"{'; '.join(problems)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
         try:
             model = graph.to_onnx()
@@ -150,6 +181,9 @@ class OrtPlan(Plan):
         self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker
         self._input_names = [i.name for i in self.session.get_inputs()]
         self._output_names = graph.output_names
+        # One value handed out twice: onnxruntime returns one buffer for both; copy the repeats.
+        outs = graph.output_values
+        self._repeats = tuple(k for k, v in enumerate(outs) if any(v is w for w in outs[:k]))
         if len(self._input_names) != len(graph.input_values):
             # onnxruntime drops inputs no node reads; feed only those it kept.
             kept = set(self._input_names)
@@ -157,9 +191,57 @@ class OrtPlan(Plan):
         else:
             self._positions = None
         self._run = self.session.run
+        self.fallback = fallback
+        self._numpy: Any = None
+        self._empty_guards = empty_guards(graph)
+        if self._empty_guards:
+            self.run_arrays = self._run_guarded  # type: ignore[method-assign]
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._positions is not None:
-            arrays = [arrays[i] for i in self._positions]
-        feeds = dict(zip(self._input_names, arrays))
-        return [np.asarray(o) for o in self._run(self._output_names, feeds)]
+            feeds = dict(zip(self._input_names, [arrays[i] for i in self._positions]))
+        else:
+            feeds = dict(zip(self._input_names, arrays))
+        try:
+            outputs = self._run(self._output_names, feeds)
+        except Exception as exc:  # onnxruntime's Fail, RuntimeException, InvalidArgument
+            if self.fallback is not None:  # chosen automatically: NumPy's answer instead
+                return self.fallback.run_arrays(arrays)
+            raise EngineError(
+                f"onnxruntime failed running graph {self.graph.name!r}"
+                f"{_node_named(str(exc))}: {exc}. Finalize with engine='numpy' to run it on NumPy"
+            ) from exc
+        results = [np.asarray(o) for o in outputs]
+        for k in self._repeats:
+            results[k] = results[k].copy()
+        return results
+
+    def _run_guarded(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``run_arrays`` for a graph with nodes onnxruntime crashes on when an input is
+        empty: a call that makes one empty runs on the NumPy plan."""
+        bindings = self.checker.bindings(arrays)
+        for _, sizes in self._empty_guards:
+            if any(_size(d, bindings) == 0 for d in sizes):
+                return self._numpy_plan().run_arrays(arrays)
+        return OrtPlan.run_arrays(self, arrays)
+
+    def _numpy_plan(self) -> Any:
+        """The NumPy plan of the graph (the automatic selection's, or one of its own)."""
+        if self.fallback is not None:
+            return self.fallback
+        if self._numpy is None:
+            from .cpu import CpuPlan
+
+            self._numpy = CpuPlan(self.graph)
+        return self._numpy
+
+
+def _size(d: Any, bindings: Mapping[str, int]) -> int:
+    return d.evaluate(bindings) if hasattr(d, "evaluate") else int(d)
+
+
+def _node_named(message: str) -> str:
+    """`` at node 'x' (Op)`` from an onnxruntime message ("... running Div node.
+    Name:'div' ..."), or nothing."""
+    found = re.search(r"running (\w+) node\. Name:'([^']*)'", message)
+    return f" at node {found.group(2)!r} ({found.group(1)})" if found else ""

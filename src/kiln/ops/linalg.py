@@ -28,6 +28,7 @@ from .registry import (
     Sample,
     TensorType,
     Typed,
+    any_limit,
     register,
     same_dtype,
 )
@@ -605,8 +606,13 @@ register(
         engine_limits={
             # Where onnxruntime 1.x departs from NumPy's grammar (found by
             # tests/exec/test_engines.py against the reference executor).
-            "onnxruntime": EngineLimit(
-                "with spaces or upper-case labels in its equation", _spaced_or_upper_equation
+            "onnxruntime": any_limit(
+                EngineLimit(
+                    "with spaces or upper-case labels in its equation", _spaced_or_upper_equation
+                ),
+                # onnxruntime 1.x dies with SIGFPE on '...ij,...kj->...ik' with an empty batch
+                # (issue 10): such calls run on the NumPy plan.
+                EngineLimit("with an empty input (onnxruntime crashes)", on_empty=True),
             )
         },
     )

@@ -34,6 +34,7 @@ from .registry import (
     TensorType,
     Typed,
     first_input_dtype,
+    float_input,
     register,
 )
 from .rules import (
@@ -85,6 +86,10 @@ def _check_dim(op: str, arg: str, what: str, found: Dim, expected: Dim) -> None:
 # onnxruntime 1.x computes these in float32 even for float64 inputs (found by
 # tests/exec/test_engines.py against the reference executor).
 _ORT_FLOAT64 = EngineLimit("on float64 (computed in lower precision)", first_input_dtype(_F64))
+# onnxruntime's max pooling skips NaN, where NumPy's maximum returns NaN (issue 10).
+_ORT_DROPS_NAN = {
+    "onnxruntime": EngineLimit("on floating-point input (onnxruntime skips NaN)", float_input)
+}
 
 
 def _window_cost(
@@ -1451,6 +1456,7 @@ register(
         kernel=_max_pool_kernel,
         samples=_max_pool_samples,
         cost=4,
+        engine_limits=_ORT_DROPS_NAN,
     )
 )
 
@@ -1531,6 +1537,7 @@ register(
         infer=_global_pool_infer("GlobalMaxPool"),
         kernel=_global_max_kernel,
         samples=_global_samples("max"),
+        engine_limits=_ORT_DROPS_NAN,
     )
 )
 

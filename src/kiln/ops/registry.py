@@ -35,6 +35,9 @@ __all__ = [
     "NodeRule",
     "KernelCall",
     "EngineLimit",
+    "any_limit",
+    "float_input",
+    "integer_input",
     "first_input_dtype",
     "same_dtype",
     "Input",
@@ -235,14 +238,21 @@ def same_dtype(inputs: Sequence[Typed | None], outputs: Sequence[Typed]) -> bool
 @dataclass(frozen=True, slots=True)
 class EngineLimit:
     """Nodes of an operator that one engine must not run, because it would compute them
-    differently from kiln's semantics (or not at all): the engine refuses such a graph, and
-    the automatic selection leaves it to another engine.
+    differently from NumPy's semantics (NaN propagation, signed zeros, division by zero,
+    rounding), or not at all, or would crash the process: the engine refuses such a graph, a
+    forced engine names the node, and the automatic selection leaves it to another engine
+    (SPEC 5b, docs/design.md "Engines never change an answer").
 
     Attributes:
         reason: Completes the sentence "<operator> ...", as the engine's refusal says it:
             ``"on float64 (computed in lower precision)"``.
         when: ``when(inputs, outputs, attrs)``, whether a node with these types and bound
             attributes is concerned (a :data:`NodeRule`); None: every node of the operator.
+        on_empty: The limit concerns only nodes that have an input with no elements (the
+            engine crashes on them): the engine refuses a node whose input is empty by its
+            recorded shape, and routes a call whose symbolic sizes make it empty to the
+            NumPy plan (``when`` further narrows the nodes concerned).
+        parts: Several limits of one engine on one operator (see :func:`any_limit`).
 
     Example:
         >>> EngineLimit("of an empty tensor").applies([], [], {})
@@ -251,12 +261,86 @@ class EngineLimit:
 
     reason: str
     when: NodeRule[bool] | None = None
+    on_empty: bool = False
+    parts: tuple[EngineLimit, ...] = ()
 
     def applies(
         self, inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
     ) -> bool:
-        """Whether a node with these types and (bound) attributes must not run there."""
+        """Whether a node with these types and (bound) attributes must not run there
+        (for an ``on_empty`` limit: whether it would, were an input empty)."""
         return self.when is None or self.when(inputs, outputs, attrs)
+
+    def reason_for(
+        self, inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> str | None:
+        """Why a node with these types must not run there, or None when it may. An
+        ``on_empty`` limit answers only for inputs empty by their recorded shape; see
+        :meth:`empty_limits` for the ones an engine checks at run time."""
+        for part in self.parts or (self,):
+            if not part.applies(inputs, outputs, attrs):
+                continue
+            if not part.on_empty or any(v is not None and 0 in v.shape for v in inputs):
+                return part.reason
+        return None
+
+    def empty_limits(
+        self, inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> list[EngineLimit]:
+        """The ``on_empty`` parts concerning a node with these types."""
+        return [
+            part
+            for part in self.parts or (self,)
+            if part.on_empty and part.applies(inputs, outputs, attrs)
+        ]
+
+
+def any_limit(*limits: EngineLimit) -> EngineLimit:
+    """One engine's several limits on one operator, as one :class:`EngineLimit` (its
+    ``reason_for`` names the limit that applies).
+
+    Example:
+        >>> both = any_limit(EngineLimit("on float64", first_input_dtype(np.float64)),
+        ...                  EngineLimit("on an empty input", on_empty=True))
+        >>> both.reason_for([TensorType(np.dtype(np.float64), (2,))], [], {})
+        'on float64'
+    """
+    rules = [limit.when for limit in limits]
+
+    def applies(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> bool:
+        return any(rule is None or rule(inputs, outputs, attrs) for rule in rules)
+
+    return EngineLimit(" or ".join(limit.reason for limit in limits), applies, parts=limits)
+
+
+def float_input(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """An :attr:`EngineLimit.when` rule: the node's first input is floating-point (where NaN,
+    signed zeros and rounding live).
+
+    Example:
+        >>> float_input([TensorType(np.dtype(np.float32), (2,))], [], {})
+        True
+    """
+    first = inputs[0] if inputs else None
+    return first is not None and (first.dtype.kind == "f" or first.dtype.name == "bfloat16")
+
+
+def integer_input(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """An :attr:`EngineLimit.when` rule: the node's first input is an integer (where division
+    by zero traps or differs).
+
+    Example:
+        >>> integer_input([TensorType(np.dtype(np.int32), (2,))], [], {})
+        True
+    """
+    first = inputs[0] if inputs else None
+    return first is not None and first.dtype.kind in "iu"
 
 
 def first_input_dtype(*dtypes: Any) -> NodeRule[bool]:

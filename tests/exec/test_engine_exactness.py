@@ -1,0 +1,258 @@
+"""Engines never change an answer (SPEC 5b, issue 10 items 1 and 7).
+
+Each case of the issue is reproduced on the automatic engine choice (``kiln.compile``: call 2
+must equal NumPy, NaN positions included) and on each forced engine (the node is computed
+exactly, or the engine refuses naming the node). Cases that used to kill the process run in a
+child process, so a regression fails the test instead of the suite.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.errors import EngineError, KilnError, UnsupportedOperationError
+from kiln.exec.select import choose, same_answer
+from kiln.tensor import dispatch
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+
+def _numpy(fn, *args):
+    with np.errstate(all="ignore"):
+        return fn(*args)
+
+
+def _assert_same(got, want, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    assert same_answer(got, want) is None, f"{what}: {same_answer(got, want)}"
+
+
+def _big_with_nan() -> np.ndarray:
+    x = np.random.default_rng(0).standard_normal((1000, 1000)).astype(np.float32)
+    x[3, 5] = np.nan
+    return x
+
+
+# The issue's cases: (function, inputs) on which an engine differed from NumPy.
+CASES = {
+    "max_nan": (lambda x: np.tanh(x * 2).max(axis=1), (_big_with_nan(),)),
+    "argmax_nan": (lambda x: np.tanh(x * 2).argmax(axis=1), (_big_with_nan(),)),
+    "log_exp": (lambda x: np.log(np.exp(x)), (np.full((1000, 1000), 200, np.float32),)),
+    "gt_times_x": (lambda x: (x > 5) * x, (np.full((1000, 1000), np.nan, np.float32),)),
+    "int_floordiv_zero": (
+        lambda x, y: x // y + x,
+        (np.ones((1000, 1000), np.int64), np.zeros((1000, 1000), np.int64)),
+    ),
+    "cumsum_1e6": (
+        lambda x: np.cumsum(x),
+        (np.random.default_rng(1).random(1_000_000).astype(np.float32),),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_automatic_choice_gives_numpys_answer(case: str) -> None:
+    fn, args = CASES[case]
+    want = _numpy(fn, *args)
+    cf = kiln.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        first, second = cf(*args), cf(*args)
+    _assert_same(first, want, f"{case}, call 1")
+    _assert_same(second, want, f"{case}, call 2 (replay)")
+
+
+@pytest.mark.parametrize("engine", ["jax", "onnxruntime"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_forced_engine_is_exact_or_refuses_naming_the_node(case: str, engine: str) -> None:
+    fn, args = CASES[case]
+    small = tuple(a[:4] if a.ndim == 1 else a[:4, :8] for a in args)
+    graph = kiln.trace(fn, *small).graph
+    try:
+        graph.finalize(engine)
+    except UnsupportedOperationError as exc:
+        assert "node '" in str(exc) and "engine='numpy'" in str(exc), str(exc)
+        return
+    got = [np.asarray(t) for t in graph.run(list(small))]
+    _assert_same(got[0], _numpy(fn, *small), f"{case} on {engine}")
+
+
+ONES = np.ones((2, 3), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("engine", "fn", "args", "op", "why"),
+    [
+        (
+            "onnxruntime",
+            lambda x: x.max(axis=1),
+            (np.ones((2, 3), np.float32),),
+            "ReduceMax",
+            "NaN",
+        ),
+        (
+            "onnxruntime",
+            lambda x: x.argmin(axis=0),
+            (np.ones((2, 3), np.float32),),
+            "ArgMin",
+            "NaN",
+        ),
+        ("onnxruntime", lambda a, b: a // b, (np.ones(3, np.int32),) * 2, "Div", "zero divisor"),
+        ("jax", lambda x: np.cumsum(x), (np.ones(8, np.float32),), "CumSum", "floating-point"),
+    ],
+)
+def test_refusal_names_node_op_and_reason(engine, fn, args, op, why) -> None:
+    graph = kiln.trace(fn, *args).graph
+    with pytest.raises(UnsupportedOperationError, match=f"node '[^']+': {op} .*{why}"):
+        graph.finalize(engine)
+
+
+EDGE = np.array(
+    [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3e38, 5.0, 6.0, -2.5, 200.0, 0.5],
+    np.float32,
+)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: np.log(np.exp(x)),  # XLA: log(exp(x)) -> x
+        lambda x: (x > 5) * x,  # XLA: convert(pred) * x -> select (0 at NaN, +0 for -0)
+        lambda x: x + 0.0,  # -0.0 + 0.0 is +0.0
+        lambda x: x / 3.0,  # not x * (1 / 3)
+        lambda x: np.sign(x),  # sign(-0.0) is +0.0
+        lambda x: np.maximum(x, x[::-1]),
+        lambda x: np.minimum(x, 0.5),
+    ],
+)
+def test_jax_lowerings_match_numpy_on_edge_values(fn) -> None:
+    graph = kiln.trace(fn, EDGE).graph
+    graph.finalize("jax")
+    _assert_same(graph.run([EDGE])[0], _numpy(fn, EDGE))
+
+
+def test_jax_integer_division_and_remainder_by_zero_give_numpys_zero() -> None:
+    a = np.array([7, -7, 0, 5, -(2**31), 3], np.int32)
+    b = np.array([0, 2, 0, -1, -1, 0], np.int32)
+    for fn in (lambda a, b: a // b, lambda a, b: a % b):
+        graph = kiln.trace(fn, a, b).graph
+        graph.finalize("jax")
+        np.testing.assert_array_equal(np.asarray(graph.run([a, b])[0]), _numpy(fn, a, b))
+    # ONNX Mod with fmod=1 (C's remainder): x % 0 is 0 too
+    graph = kiln.trace(lambda a, b: dispatch("Mod", [a, b], {"fmod": 1}), a, b).graph
+    graph.finalize("jax")
+    want = np.where(b == 0, 0, _numpy(np.fmod, a, b)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(graph.run([a, b])[0]), want)
+
+
+def _child(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child Python: a crash there (SIGFPE) fails the test, not the suite."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_integer_division_by_a_zero_difference_does_not_kill_the_process() -> None:
+    # Used to die with SIGFPE: XLA rewrote n - n to 0 and constant-folded 7 // 0.
+    done = _child(
+        """
+        import warnings, numpy as np, kiln
+        warnings.simplefilter("ignore")
+        fn = lambda x, n: np.tanh(x) * (7 // (n - n))
+        x = np.random.default_rng(0).standard_normal((1000, 1000))
+        n = np.ones((1000, 1000), np.int64)
+        cf = kiln.compile(fn)
+        with np.errstate(all="ignore"):
+            want = fn(x, n)
+        for _ in range(2):
+            assert np.array_equal(np.asarray(cf(x, n)), want)
+        g = kiln.trace(fn, x[:4, :4], n[:4, :4]).graph
+        g.optimize()
+        g.finalize("jax")
+        assert np.array_equal(np.asarray(g.run([x[:4, :4], n[:4, :4]])[0]), want[:4, :4])
+        print("ok")
+        """
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_einsum_with_an_empty_batch_does_not_kill_the_process() -> None:
+    # Used to die with SIGFPE inside onnxruntime.
+    done = _child(
+        """
+        import numpy as np, kiln
+        from kiln.errors import UnsupportedOperationError
+        fn = lambda a, b: np.einsum("...ij,...kj->...ik", a, b)
+        a, b = np.ones((0, 3, 4), np.float32), np.ones((0, 5, 4), np.float32)
+        a2, b2 = np.ones((2, 3, 4), np.float32), np.ones((2, 5, 4), np.float32)
+        cf = kiln.compile(fn, dynamic=True)
+        assert cf(a2, b2).shape == (2, 3, 5) and cf(a, b).shape == (0, 3, 5)
+        static = kiln.trace(fn, a, b).graph
+        try:
+            static.finalize("onnxruntime")
+            raise SystemExit("an empty Einsum was handed to onnxruntime")
+        except UnsupportedOperationError as exc:
+            assert "Einsum" in str(exc) and "empty" in str(exc)
+        specs = [kiln.TensorSpec(("B", 3, 4), "float32"), kiln.TensorSpec(("B", 5, 4), "float32")]
+        dynamic = kiln.trace(fn, signature=specs).graph
+        dynamic.finalize("onnxruntime")
+        assert dynamic.run([a, b])[0].shape == (0, 3, 5)
+        assert np.array_equal(np.asarray(dynamic.run([a2, b2])[0]), fn(a2, b2))
+        print("ok")
+        """
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_onnxruntime_failure_is_an_engine_error_naming_the_node(monkeypatch) -> None:
+    from kiln.exec import ort_engine
+
+    # Hand onnxruntime an integer division its record keeps off it, to see its failure.
+    monkeypatch.setattr(ort_engine, "unsupported_nodes", lambda graph: [])
+    a, b = np.ones(3, np.int32), np.zeros(3, np.int32)
+    graph = kiln.trace(lambda a, b: a // b, a, b).graph
+    graph.finalize("onnxruntime")
+    with pytest.raises(EngineError, match="at node '[^']+' \\((Div|Mod)\\)") as info:
+        graph.run([a, b])
+    assert isinstance(info.value, KilnError) and isinstance(info.value, RuntimeError)
+    # chosen automatically, the same failure runs the call on NumPy instead
+    plan = ort_engine.OrtPlan(graph, fallback=kiln.exec.CpuPlan(graph))
+    np.testing.assert_array_equal(plan.run_arrays([a, b])[0], _numpy(lambda a, b: a // b, a, b))
+
+
+def test_selection_drops_an_engine_that_differs_on_the_reference() -> None:
+    x = np.random.default_rng(0).standard_normal((1000, 1000)).astype(np.float32)
+    graph = kiln.trace(lambda x: np.tanh(x) * 2, x).graph
+    wrong = np.tanh(x) * 2
+    wrong[0, 0] = np.nan
+    plan = choose(graph, reference=([x], [wrong]))
+    assert plan.engine == "numpy"
+    refused = plan.selection["refused"]
+    assert set(refused) == {"jax", "onnxruntime"}
+    assert all("capture inputs" in why and "NaN" in why for why in refused.values()), refused
+
+
+def test_same_answer_rules() -> None:
+    f32 = np.float32
+    assert same_answer(f32([1, np.nan, -np.inf]), f32([1, np.nan, -np.inf])) is None
+    assert same_answer(f32([1.0000001]), f32([1.0])) is None  # one ulp
+    assert same_answer(f32([0.0]), f32([np.nan])) is not None  # a dropped NaN
+    assert same_answer(f32([201.0]), f32([np.inf])) is not None  # an overflow lost
+    assert same_answer(f32([0.0]), f32([-0.0])) is not None  # the sign of zero
+    assert same_answer(f32([1.01]), f32([1.0])) is not None  # a 1% drift
+    assert same_answer(np.int64([-1]), np.int64([0])) is not None
+    assert same_answer(np.float64([1.0]), f32([1.0])) is not None  # dtype
