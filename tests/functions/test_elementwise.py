@@ -473,3 +473,106 @@ def test_binary_property(shapes, dt_a, dt_b, name, seed, swap) -> None:
     if name == "floor_divide":
         b = np.where(b == 0, 1, b).astype(b.dtype)
     _check(getattr(kiln, name), getattr(np, name), a, b)
+
+
+# -- issue 10, item 5: IEEE edge cases and NumPy's result dtypes ------------------------------
+
+
+def _eager_and_replayed(fn, *arrays):
+    """``fn`` on kiln tensors eagerly, and through kiln.compile's replay (the second call)."""
+    eager = np.asarray(fn(*[kiln.asarray(a) for a in arrays]))
+    cf = kiln.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cf(*arrays)
+        replayed = np.asarray(cf(*arrays))
+    return eager, replayed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_remainder_gives_zero_the_divisors_sign(dtype):
+    zero = np.array([0.0, -0.0], dtype)
+    for got in _eager_and_replayed(lambda a: a % -2.5, zero):
+        with np.errstate(divide="ignore"):
+            np.testing.assert_array_equal(1 / got, [-np.inf, -np.inf])  # NumPy: 1/(0 % -2.5)
+    for got in _eager_and_replayed(lambda a: a % 2.5, zero):
+        assert not np.signbit(got).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_remainder_and_floor_divide_match_numpy_on_edge_values(dtype):
+    values = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, np.inf, -np.inf, np.nan], dtype)
+    a, b = values[:, None], values[None, :]
+    for op in (operator.mod, operator.floordiv):
+        with np.errstate(all="ignore"):
+            want = op(a, b)
+        for got in _eager_and_replayed(op, a, b):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+            nan = np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got) | nan, np.signbit(want) | nan)
+
+
+def test_expm1_float32_saturates_to_minus_one():
+    x = np.array([-17.58, -20.0, -88.0], np.float32)
+    for got in _eager_and_replayed(np.expm1, x):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, np.expm1(x))  # -1.0, not -0.99999994
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_expm1_within_two_ulp_of_numpy(dtype):
+    x = np.concatenate([np.linspace(-40, 40, 4001), np.geomspace(1e-9, 3, 2001)]).astype(dtype)
+    x = np.concatenate([x, -x])
+    for got in _eager_and_replayed(np.expm1, x):
+        np.testing.assert_array_max_ulp(got, np.expm1(x), maxulp=2)
+
+
+def test_power_operator_dtypes_follow_ndarray_pow():
+    b = np.array([True, False])
+    f = np.array([-0.0, 0.0, 4.0, -np.inf, 2.0], np.float32)
+    cases = [
+        (lambda x: x**2, b),  # np.square: int8
+        (lambda x: x**3, b),  # np.power with a Python int: int64
+        (lambda x: np.power(x, 2), b),  # int64
+        (lambda x: x**True, b),  # bool ** bool: int8
+        (lambda x: x**2.0, b),  # float64
+        (lambda x: x**0.5, f),  # np.sqrt: -0.0 stays -0.0, -inf gives nan
+        (lambda x: np.power(x, 0.5), f),  # pow: 0.0 and inf
+        (lambda x: x**-1, f),  # np.reciprocal
+        (lambda x: 2**x, f),
+    ]
+    for fn, x in cases:
+        with np.errstate(all="ignore"):
+            want = fn(x.copy())
+        for got in _eager_and_replayed(fn, x):
+            assert got.dtype == want.dtype, (got.dtype, want.dtype)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_comparisons_with_python_ints_out_of_the_dtypes_range():
+    x = np.array([0, 5, 255], np.uint8)
+    fns = [
+        lambda a: a < -3,
+        lambda a: -3 < a,
+        lambda a: a == 300,
+        lambda a: a != 300,
+        lambda a: a >= -(2**70),
+    ]
+    for fn in fns:
+        for got in _eager_and_replayed(fn, x):
+            assert got.dtype == np.bool_
+            np.testing.assert_array_equal(got, fn(x))
+    with pytest.raises(OverflowError):
+        np.add(x, -3)  # arithmetic still refuses, as NumPy
+    with pytest.raises((OverflowError, ValueError)):
+        kiln.add(kiln.asarray(x), -3)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64"])
+def test_integer_reciprocal_matches_numpy(dtype):
+    x = np.array([1, 2, -1 if dtype != "uint8" else 3, 7], dtype)
+    for got in _eager_and_replayed(np.reciprocal, x):
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, np.reciprocal(x))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kiln.optim import fuse_gelu, simplify_algebra
+from kiln.optim import DefaultsOptions, fuse_gelu, simplify_algebra
 from kiln.tensor import call
 
 from ..numerics import assert_close
@@ -66,7 +66,8 @@ def test_gelu_is_recognised(fn, approximate, dynamic):
 
 
 def test_after_simplification_and_in_float64():
-    g, _ = simplify_algebra(traced(TANH_FORMS[0], X))  # x ** 3 is x * x * x by now
+    # x ** 3 is x * x * x by now (for floats only under relaxed rules: it rounds twice)
+    g, _ = simplify_algebra(traced(TANH_FORMS[0], X), DefaultsOptions(allow_reassociation=True))
     assert "Pow" not in ops(g)
     out, _ = fuse_gelu(g)
     assert ops(out) == ["Gelu"]

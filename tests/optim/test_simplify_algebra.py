@@ -35,13 +35,13 @@ X = RNG.standard_normal((3, 4)).astype(f32)
 CASES = [
     (lambda x: np.exp(x) * 1, ["Exp"]),
     (lambda x: 1 * np.exp(x), ["Exp"]),
-    (lambda x: np.exp(x) + 0, ["Exp"]),
-    (lambda x: 0.0 + np.exp(x), ["Exp"]),
+    (lambda x: np.exp(x) + (-0.0), ["Exp"]),  # x + 0.0 is not x at -0.0: see below
+    (lambda x: -0.0 + np.exp(x), ["Exp"]),
     (lambda x: np.exp(x) - 0, ["Exp"]),
+    (lambda x: np.exp(x) - 0.0, ["Exp"]),
     (lambda x: np.exp(x) / 1, ["Exp"]),
     (lambda x: np.exp(x) ** 1, ["Exp"]),
-    (lambda x: x**2, ["Mul"]),
-    (lambda x: x**3, ["Mul", "Mul"]),
+    (lambda x: np.power(x, 2), ["Mul"]),  # NumPy's power squares exactly
     (lambda x: np.exp(np.negative(-x)), ["Exp"]),
     (lambda x: np.exp(x).T.T, ["Exp"]),
     (lambda x: np.exp(x).reshape(4, 3).reshape(2, 6), ["Exp", "Reshape"]),
@@ -87,7 +87,11 @@ def test_rules_simplify_with_a_dynamic_axis(fn, expected):
         lambda x: x + np.zeros((2, 1, 1), f32),
         lambda x: x * 2,
         lambda x: x**2.5,
-        lambda x: x**0.5,  # only with allow_reassociation
+        lambda x: np.power(x, 0.5),  # only with allow_reassociation
+        lambda x: np.power(x, 3),  # (x * x) * x rounds twice: only with allow_reassociation
+        lambda x: x + 0.0,  # -0.0 + 0.0 is +0.0: only with allow_reassociation
+        lambda x: 0.0 + x,
+        lambda x: x - (-0.0),  # -0.0 - -0.0 is +0.0
         lambda x: x.astype(np.float16).astype(np.float32),  # the first cast rounds
         lambda x: x.T,
         lambda x: x.reshape(4, 3),
@@ -102,8 +106,12 @@ def test_near_misses_are_left_alone(fn):
 
 def test_integer_powers_and_casts_follow_their_dtypes():
     i = np.arange(-3, 3, dtype=np.int64)
-    got, n = simplified(lambda v: v**2, i)
+    got, n = simplified(lambda v: np.power(v, 2), i)
     assert got == ["Mul"]
+    got, n = simplified(lambda v: np.power(v, 3), i)  # integer multiplication wraps as pow
+    assert got == ["Mul", "Mul"]
+    got, n = simplified(lambda v: (v + 0, v - 0, 0 + v), i)
+    assert got == ["Identity"] * 3
     # An integer base to a float exponent is computed in float64: not a multiplication.
     g = traced(lambda v: call("Pow", v, kiln.asarray(np.float32(2))), i)
     assert simplify_algebra(g)[1] == 0
@@ -131,3 +139,44 @@ def test_reassociation_only_when_allowed():
     i = np.arange(6, dtype=np.int32)
     got, _ = simplified(lambda v: (v + 2) + 3, i)  # integer addition is associative
     assert got == ["Add"]
+
+
+def test_float_zero_identities_only_when_relaxed():
+    got, _ = simplified(lambda x: np.power(x, 3), X, options=RELAXED)
+    assert got == ["Mul", "Mul"]
+    got, _ = simplified(lambda x: np.exp(x) + 0.0, X, options=RELAXED)
+    assert got == ["Exp"]
+
+
+# Edge values every identity must keep bit for bit: signed zeros, infinities, NaN, extremes.
+EDGES = np.array(
+    [[0.0, -0.0, 1.0, -1.0], [np.inf, -np.inf, np.nan, 3e38], [-3e38, 1e-45, -1e-45, 0.5]],
+    dtype=f32,
+)
+
+
+@pytest.mark.parametrize("fn, expected", CASES)
+def test_identities_are_exact_on_ieee_edge_values(fn, expected):
+    """Each rewrite keeps NumPy's values exactly: signed zeros, inf and NaN included."""
+    g = traced(fn, EDGES)
+    out, _ = simplify_algebra(g)
+    with np.errstate(all="ignore"):
+        try:
+            want = np.asarray(fn(EDGES.copy()))  # NumPy itself
+        except AttributeError:  # kiln's own operators (call("Cast", ...)): eager kiln
+            want = np.asarray(fn(kiln.asarray(EDGES)))
+    for before, after in zip(run(g, EDGES), run(out, EDGES)):
+        for got in (before, after):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_x_plus_zero_keeps_the_sign_of_zero():
+    """Issue 10: ``x + 0.0`` replayed as ``x`` gave -0.0 where NumPy gives +0.0."""
+    x = np.array([-0.0, 0.0, 1.0], dtype=f32)
+    cf = kiln.compile(lambda v: v + 0.0)
+    cf(x)
+    got = np.asarray(cf(x))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(x + 0.0))
+    assert not np.signbit(got[0])

@@ -15,7 +15,11 @@ dict lookups. Planning also
   unoptimized static graph does no shape arithmetic per run;
 * reuses buffers by liveness: an elementwise ufunc writes (``out=``) into an input buffer that
   the run itself allocated and that no later node reads, and every large intermediate is
-  released (``del``) right after its last use, so the memory peak stays that of eager NumPy.
+  released (``del``) right after its last use, so the memory peak stays that of eager NumPy;
+* hands out outputs that share memory with nothing else (:func:`~kiln.exec.plan.output_copies`):
+  an output that is an input, a constant or a plan-time fold is copied, one that may be a view
+  (``x.T``, a cast to the same dtype) is copied unless the run's array owns its memory, and
+  one a ufunc allocated is handed out as is.
 
 Every buffer a run writes into is allocated by that run, so concurrent runs of one plan share
 nothing mutable, and a result handed to the caller is never written again.
@@ -41,7 +45,7 @@ from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
 from ..ops.registry import ELEMENTWISE, PURE, SHAPE_ONLY, KernelCall, get_op, same_dtype
 from .inputs import InputChecker
-from .plan import Plan
+from .plan import Plan, output_copies
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node, Value
@@ -207,7 +211,8 @@ class _PlanWriter:
     ``names`` maps each value (by id) to the expression holding it in the generated code (an
     input ``x0``, a local ``v3``, a bound constant ``c1``); ``binds`` are the objects the code
     names, passed as default arguments; ``known`` holds the plan-time contents of constants and
-    folded values; ``fresh`` the values whose buffer the run allocated and nothing else views.
+    folded values; ``fresh`` the values whose buffer the run allocated and nothing else views;
+    ``allocated`` the values a call computes into a buffer of its own (for the outputs' copies).
     """
 
     def __init__(self, graph: ModelGraph) -> None:
@@ -216,6 +221,7 @@ class _PlanWriter:
         self.binds: dict[str, Any] = {}
         self.known: dict[int, np.ndarray] = {}
         self.fresh: set[int] = set()
+        self.allocated: set[int] = set()
         self.lines: list[str] = []
         self.locals = 0  # v0, v1, ...: one local per node output
         for c in graph.constants:
@@ -256,6 +262,7 @@ class _PlanWriter:
         self._assign(node, out_names, text)
         if not call.returns_view:
             self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
+            self.allocated.update(id(v) for v in node.outputs)
         self._release(index, node)
 
     def _assign(self, node: Node, out_names: list[str], call: str) -> None:
@@ -311,9 +318,30 @@ class _PlanWriter:
             return self.names[id(v)]
         return None
 
+    def _hand_out(self) -> list[str]:
+        """The expression of each output, after lines that copy the outputs that could share
+        memory with an input, a constant or another output (see
+        :func:`~kiln.exec.plan.output_copies`)."""
+        copies = output_copies(
+            self.graph,
+            allocates=lambda v: id(v) in self.allocated,
+            constant=lambda v: id(v) in self.known,
+        )
+        results = []
+        for v, copy in zip(self.graph.output_values, copies):
+            name = self.names[id(v)]
+            if copy.action == "copy":
+                results.append(f"{name}.copy()")
+                continue
+            if copy.action == "check":
+                same = "".join(f" or {name} is {self.names[id(w)]}" for w in copy.distinct)
+                self.lines.append(f"if {name}.base is not None{same}: {name} = {name}.copy()")
+            results.append(name)
+        return results
+
     def finish(self) -> tuple[str, dict[str, Any]]:
         """The source of ``run`` and the objects it binds."""
-        result = ", ".join(self.names[id(v)] for v in self.graph.output_values)
+        result = ", ".join(self._hand_out())
         binds = self.binds
         binds["_arr"] = np.asarray
         binds["_outs"] = as_outputs

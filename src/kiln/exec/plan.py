@@ -5,22 +5,28 @@ A plan is a graph made ready to run on one engine: ``check_inputs`` turns ``run`
 :class:`~kiln.errors.InputMismatchError`; ``run_arrays`` computes the output arrays from
 checked arrays; ``run`` does both and wraps the results as tensors. A future accelerator plan
 (CuPy kernels, CUDA graphs) implements the same three.
+
+Every plan hands out outputs that share memory with nothing else: not with an input, not with
+a constant, not with another output, not with what an earlier run returned (NumPy returns
+copies; a caller refilling its input buffer never changes a result). :func:`output_copies`
+decides, at plan-build time, which outputs need a copy for that, so outputs a kernel allocated
+afresh cost nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
 from ..tensor import Tensor
 
 if TYPE_CHECKING:
-    from ..ir.graph import ModelGraph
+    from ..ir.graph import ModelGraph, Value
     from .inputs import InputChecker
 
-__all__ = ["Plan"]
+__all__ = ["Plan", "OutputCopy", "output_copies"]
 
 
 class Plan:
@@ -50,3 +56,82 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.graph.name!r}: {len(self.graph.nodes)} nodes>"
+
+
+# -- outputs never alias ------------------------------------------------------------------
+
+
+class OutputCopy(NamedTuple):
+    """How a plan hands out one graph output so that it shares memory with nothing else.
+
+    Attributes:
+        action: ``"keep"``: the run allocated it and nothing else can view it; ``"copy"``:
+            always copy it (a graph input, a constant, or a value that an earlier output
+            already hands out); ``"check"``: it may be a view, so copy it unless the run's
+            array owns its memory (``base is None``) and is none of the arrays in ``distinct``.
+        distinct: For ``"check"``: the inputs, constants and other outputs the array may
+            be the very object of.
+    """
+
+    action: Literal["keep", "copy", "check"]
+    distinct: tuple[Value, ...] = ()
+
+
+def output_copies(
+    graph: ModelGraph,
+    allocates: Callable[[Value], bool],
+    constant: Callable[[Value], bool] = lambda v: False,
+) -> list[OutputCopy]:
+    """What each of ``graph``'s outputs needs so that no output shares memory with an input,
+    a constant or another output (one :class:`OutputCopy` per output, in order).
+
+    ``allocates(v)`` says the engine computes node output ``v`` into a buffer of its own (a
+    ufunc's result: never a view); any other node output may be a view of any of its node's
+    inputs (a reshape, a transpose, a cast to the same dtype). ``constant(v)`` marks node
+    outputs the plan computed once and reuses at every run (a plan-time fold); the graph's
+    own constants always count.
+
+    Each value's *roots* are the buffers it may view: itself when it was allocated, a graph
+    input or a constant, and otherwise its own buffer plus the roots of its node's inputs. An
+    output is kept as is when its roots touch no input, constant or other output's roots.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: (x.T, x * 2), kiln.ones((2, 3), "float32")).graph
+        >>> muls = {id(v) for n in g.nodes if n.op == "Mul" for v in n.outputs}
+        >>> [c.action for c in output_copies(g, lambda v: id(v) in muls)]
+        ['check', 'keep']
+    """
+    roots: dict[int, frozenset[int]] = {}
+    external: dict[int, Value] = {}  # inputs and constants, by id
+    for v in (*graph.input_values, *(c.value for c in graph.constants)):
+        roots[id(v)] = frozenset({id(v)})
+        external[id(v)] = v
+    for node in graph.nodes:
+        upstream = frozenset().union(*(roots[id(v)] for v in node.inputs if v is not None))
+        for v in node.outputs:
+            if constant(v):
+                external[id(v)] = v
+            mine = frozenset({id(v)})
+            roots[id(v)] = mine if constant(v) or allocates(v) else mine | upstream
+    outputs = graph.output_values
+    first: dict[int, int] = {}  # value id -> the index of its first occurrence
+    for k, v in enumerate(outputs):
+        first.setdefault(id(v), k)
+    copies: list[OutputCopy] = []
+    for k, v in enumerate(outputs):
+        if first[id(v)] != k or id(v) in external:
+            copies.append(OutputCopy("copy"))
+            continue
+        mine = roots[id(v)]
+        others = [
+            w
+            for j, w in enumerate(outputs)
+            if first[id(w)] == j and w is not v and roots[id(w)] & mine
+        ]
+        suspects = [w for i, w in external.items() if i in mine]
+        if not others and not suspects:
+            copies.append(OutputCopy("keep"))
+            continue
+        copies.append(OutputCopy("check", tuple(suspects + others)))
+    return copies

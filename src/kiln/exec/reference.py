@@ -2,7 +2,9 @@
 
 It is the oracle every faster executor is tested against, so it stays obviously right: read
 the inputs of each node from an environment, run the kernel, write the outputs back. All state
-of a run lives in a local list, so concurrent runs of one plan are safe.
+of a run lives in a local list, so concurrent runs of one plan are safe. Outputs share memory
+with no input, constant or other output (:func:`~kiln.exec.plan.output_copies`): one that
+might is copied.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from ..ops.dispatch import as_outputs
 from ..ops.registry import get_op
 from .inputs import InputChecker
-from .plan import Plan
+from .plan import Plan, output_copies
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
@@ -46,6 +48,20 @@ class ReferencePlan(Plan):
             for node in graph.nodes
         )
         self.output_slots = tuple(slot[id(v)] for v in graph.output_values)
+        ufunc_outputs = {
+            id(v)
+            for node in graph.nodes
+            if isinstance(get_op(node.op).kernel, np.ufunc)
+            for v in node.outputs
+        }
+        # (output index, its slot, always copy, slots of the arrays it must not be) per
+        # output that could share memory with an input, a constant or another output.
+        copies = output_copies(graph, lambda v: id(v) in ufunc_outputs)
+        self.copies = tuple(
+            (k, s, copy.action == "copy", tuple(slot[id(w)] for w in copy.distinct))
+            for k, (s, copy) in enumerate(zip(self.output_slots, copies))
+            if copy.action != "keep"
+        )
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         env: list[Any] = [None] * self.size
@@ -58,7 +74,14 @@ class ReferencePlan(Plan):
                 results = as_outputs(kernel(*[None if i < 0 else env[i] for i in ins], **attrs))
                 for s, r in zip(outs, results):
                     env[s] = r
-        return [env[s] for s in self.output_slots]
+        outputs = [env[s] for s in self.output_slots]
+        for k, s, always, distinct in self.copies:
+            array = env[s]
+            if always:
+                outputs[k] = array.copy()
+            elif array.base is not None or any(array is env[d] for d in distinct):
+                outputs[k] = env[s] = array.copy()
+        return outputs
 
 
 def interpret(graph: ModelGraph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

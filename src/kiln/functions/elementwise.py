@@ -195,25 +195,40 @@ true_divide = divide
 
 
 def _float_divmod(a: Tensor, b: Tensor, want: str) -> Tensor:
-    """NumPy's float floor division (``want="quotient"``) or remainder (``npy_divmod``) from
-    ONNX operators.
+    """NumPy's float floor division (``want="quotient"``) or remainder from ONNX operators,
+    step for step as NumPy's ``npy_divmod`` computes them (so signed zeros, infinities and
+    NaN come out as NumPy's):
 
-    ``r = fmod(a, b)`` takes the dividend's sign; where it is non-zero and its sign differs
-    from the divisor's, Python's remainder is ``r + b`` and the quotient one less. The
-    quotient ``(a - r) / b`` is an integer up to rounding, so it is snapped with Round.
+    * ``mod = fmod(a, b)`` (the dividend's sign); ``b == 0``: the remainder is that ``mod``
+      (NaN) and the quotient ``a / b``;
+    * ``div = (a - mod) / b``; where ``mod`` is non-zero and its sign differs from ``b``'s,
+      ``mod += b`` and ``div -= 1``; where ``mod`` is zero it takes ``b``'s sign;
+    * the quotient is ``floor(div)``, plus one where ``div - floor(div) > 0.5``; where ``div``
+      is zero it is a zero with the sign of ``a / b``.
     """
     (a, b), back = _widen(a, b)
     zero = _scalar(0, a)
-    r = call("Mod", a, b, fmod=1)
-    signs_differ = call("Xor", call("Less", r, zero), call("Less", b, zero))
-    fix = call("And", call("Not", call("Equal", r, zero)), signs_differ)
+    mod = call("Mod", a, b, fmod=1)
+    mod_zero = call("Equal", mod, zero)
+    b_negative = call("Less", b, zero)
+    fix = call("And", call("Not", mod_zero), call("Xor", call("Less", mod, zero), b_negative))
+    b_zero = call("Equal", b, zero)
     if want == "remainder":
-        return cast(call("Where", fix, call("Add", r, b), r), back)
-    quotient = call("Div", call("Sub", a, r), b)
-    quotient = call("Round", call("Where", fix, call("Sub", quotient, _scalar(1, a)), quotient))
-    # Division by zero: NumPy returns a / b (inf or nan) as the quotient.
-    quotient = call("Where", call("Equal", b, zero), call("Div", a, b), quotient)
-    return cast(quotient, back)
+        # copysign(0, b): b is non-zero here, so its sign is b < 0.
+        signed_zero = call("Where", b_negative, _scalar(-0.0, a), zero)
+        result = call("Where", fix, call("Add", mod, b), call("Where", mod_zero, signed_zero, mod))
+        return cast(call("Where", b_zero, mod, result), back)
+    quotient = call("Div", a, b)
+    div = call("Div", call("Sub", a, mod), b)
+    div = call("Where", fix, call("Sub", div, _scalar(1, a)), div)
+    low = call("Floor", div)
+    snap = call("Greater", call("Sub", div, low), _scalar(0.5, a))
+    floor_div = call("Where", snap, call("Add", low, _scalar(1, a)), low)
+    # copysign(0, a / b): the quotient is finite here, so 1 / quotient has its sign (-0.0 too).
+    negative = call("Less", call("Div", _scalar(1, a), quotient), zero)
+    signed_zero = call("Where", negative, _scalar(-0.0, a), zero)
+    result = call("Where", call("Equal", div, zero), signed_zero, floor_div)
+    return cast(call("Where", b_zero, quotient, result), back)
 
 
 @implements(np.floor_divide)
@@ -299,6 +314,29 @@ def power(x: Any, y: Any) -> Tensor:
 pow = power  # noqa: A001 - NumPy 2's name
 
 
+def power_operator(x: Any, y: Any) -> Tensor:
+    """``x ** y`` as NumPy's ``ndarray.__pow__`` computes it (``Tensor.__pow__``): for an
+    array base and a Python exponent, ``** 2`` is ``np.square`` for every dtype (so
+    ``bool ** 2`` is int8, where ``np.power`` gives int64), and on floats ``** -1`` is
+    ``np.reciprocal`` and ``** 0.5`` is ``np.sqrt`` (``-0.0 ** 0.5`` is -0.0, not 0.0);
+    anything else is :func:`power`.
+
+    Example:
+        >>> import kiln
+        >>> (kiln.tensor([True, False]) ** 2).dtype
+        dtype('int8')
+    """
+    if isinstance(x, (Tensor, np.ndarray)):
+        floating = dtypes.is_floating(x.dtype)
+        if type(y) is int and y == 2:
+            return square(x)
+        if type(y) is int and y == -1 and floating:
+            return reciprocal(x)
+        if type(y) is float and y == 0.5 and floating:
+            return sqrt(x)
+    return power(x, y)
+
+
 @implements(np.negative)
 def negative(x: Any) -> Tensor:
     """``-x``; unsigned integers wrap around as NumPy (``-uint8(1) == 255``).
@@ -373,7 +411,7 @@ def square(x: Any) -> Tensor:
 
 @implements(np.reciprocal)
 def reciprocal(x: Any) -> Tensor:
-    """``1 / x`` in ``x``'s dtype (integers: truncated, so 0 for ``|x| > 1``).
+    """``1 / x`` in ``x``'s dtype (integers: ``1.0 / x`` truncated, so 0 for ``|x| > 1``).
 
     Example:
         >>> import kiln
@@ -383,7 +421,10 @@ def reciprocal(x: Any) -> Tensor:
     (a,), out = _resolve(np.reciprocal, x)
     if dtypes.is_floating(out):
         return call("Reciprocal", a)
-    return call("Div", _scalar(1, a), a)
+    # NumPy's integer loop is ``out = 1.0 / in`` converted back: 0 for |x| > 1, and for
+    # x == 0 whatever the platform's conversion of inf gives (what a Cast gives too).
+    wide = cast(a, dtypes.float64)
+    return cast(call("Div", constant(1.0, dtypes.float64), wide), out)
 
 
 # -- exponentials and logarithms -----------------------------------------------------------
@@ -462,10 +503,12 @@ def exp2(x: Any) -> Tensor:
 
 @implements(np.expm1)
 def expm1(x: Any) -> Tensor:
-    """``exp(x) - 1``, accurate near 0.
+    """``exp(x) - 1``, accurate near 0 and near saturation.
 
-    Lowered as ``tanh(x / 2) * (exp(x) + 1)``, which equals ``exp(x) - 1`` and has no
-    cancellation for small ``x``.
+    For ``|x| < 1`` lowered as ``tanh(x / 2) * (exp(x) + 1)``, which equals ``exp(x) - 1``
+    without its cancellation; elsewhere ``exp(x) - 1`` itself, which is accurate there (and
+    gives exactly -1 where NumPy does: ``expm1(float32(-17.58))``, where the tanh form is 1 ulp
+    off). float32 computes in float64 and rounds once, half precision in float32.
 
     Example:
         >>> import kiln
@@ -473,9 +516,16 @@ def expm1(x: Any) -> Tensor:
         [1.00000000005e-10]
     """
     (a,), _ = _resolve(np.expm1, x)
-    (a,), back = _widen(a)
-    half = call("Tanh", call("Mul", a, _scalar(0.5, a)))
-    return cast(call("Mul", half, call("Add", call("Exp", a), _scalar(1, a))), back)
+    back = a.dtype
+    if back == dtypes.float32:
+        a = cast(a, dtypes.float64)
+    else:
+        (a,), back = _widen(a)
+    exp = call("Exp", a)
+    one = _scalar(1, a)
+    small = call("Less", call("Abs", a), one)
+    near_zero = call("Mul", call("Tanh", call("Mul", a, _scalar(0.5, a))), call("Add", exp, one))
+    return cast(call("Where", small, near_zero, call("Sub", exp, one)), back)
 
 
 @implements(np.log1p)
@@ -650,12 +700,45 @@ def around(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
 # -- comparison ----------------------------------------------------------------------------
 
 
+_COMPARISONS = {
+    "Equal": np.equal,
+    "Less": np.less,
+    "LessOrEqual": np.less_equal,
+    "Greater": np.greater,
+    "GreaterOrEqual": np.greater_equal,
+}
+
+
 def _compare(name: str, ufunc: np.ufunc, op: str, x: Any, y: Any) -> Tensor:
+    known = _out_of_range_comparison(op, x, y)
+    if known is not None:
+        return known
     (a, b), _ = _resolve(ufunc, x, y, name=name)
     if a.dtype == _BOOL and op != "Equal":
         # ONNX orders numbers only; False < True is 0 < 1.
         a, b = cast(a, dtypes.uint8), cast(b, dtypes.uint8)
     return call(op, a, b)
+
+
+def _out_of_range_comparison(op: str, x: Any, y: Any) -> Tensor | None:
+    """``op`` of an integer tensor and a Python int its dtype cannot hold (``u8 < -3``):
+    NumPy 2 compares the true values, so every element gets the same answer; None when
+    the operands are not such a pair."""
+    for scalar, other in ((y, x), (x, y)):
+        if type(scalar) is not int or not isinstance(other, (Tensor, np.ndarray, np.generic)):
+            continue
+        dtype = as_tensor(other).dtype
+        if not dtypes.is_integer(dtype):
+            return None
+        info = np.iinfo(dtype)
+        if info.min <= scalar <= info.max:
+            return None
+        stand_in = np.inf if scalar > info.max else -np.inf  # any element is on one side
+        args = (0.0, stand_in) if scalar is y else (stand_in, 0.0)
+        t = as_tensor(other)
+        every = call("Equal", t, t)  # integers always equal themselves
+        return every if bool(_COMPARISONS[op](*args)) else call("Not", every)
+    return None
 
 
 @implements(np.equal)

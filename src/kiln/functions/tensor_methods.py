@@ -44,7 +44,7 @@ _BINARY_OPERATORS: dict[str, tuple[Callable[[Any, Any], Tensor], str]] = {
     "truediv": (elementwise.divide, "/"),
     "floordiv": (elementwise.floor_divide, "//"),
     "mod": (elementwise.remainder, "%"),
-    "pow": (elementwise.power, "**"),
+    "pow": (elementwise.power_operator, "**"),  # ndarray.__pow__: ** 2 is np.square
     "matmul": (linalg.matmul, "@"),
     "and": (elementwise.bitwise_and, "&"),
     "or": (elementwise.bitwise_or, "|"),

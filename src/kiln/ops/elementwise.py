@@ -37,6 +37,7 @@ from .registry import (
     TensorType,
     Typed,
     first_input_dtype,
+    integer_input,
     register,
     same_dtype,
 )
@@ -461,6 +462,13 @@ def _gelu_fast(
 # onnxruntime 1.x computes these in float32 even for float64 inputs (found by
 # tests/exec/test_engines.py against the reference executor).
 _ORT_FLOAT64 = EngineLimit("on float64 (computed in lower precision)", first_input_dtype("float64"))
+# onnxruntime fails on an integer division or remainder by zero, where NumPy gives 0 with a
+# warning (issue 10); the jax lowerings guard the divisor instead (kiln.exec.jax_engine).
+_ORT_INT_DIVISION = {
+    "onnxruntime": EngineLimit(
+        "on integers (onnxruntime fails on a zero divisor; NumPy gives 0)", integer_input
+    )
+}
 
 
 # -- factories -----------------------------------------------------------------------------
@@ -545,6 +553,7 @@ def binary(
     reference: Callable[..., Any] | None = None,
     extra_samples: Callable[[], list[Sample]] | None = None,
     fast_kernel: NodeRule[KernelCall | None] | None = None,
+    engine_limits: Mapping[str, EngineLimit] | None = None,
 ) -> OpDef:
     """Register a two-input elementwise operator with NumPy broadcasting and one shared dtype.
 
@@ -588,6 +597,7 @@ def binary(
             traits=frozenset(traits),
             samples=samples,
             fast_kernel=fast_kernel,
+            engine_limits=engine_limits or {},
         )
     )
 
@@ -1203,6 +1213,7 @@ binary(
     rhs_nonzero=True,
     reference=_pointwise(lambda a, b: _int_trunc_div(a, b) if isinstance(a, int) else a / b),
     fast_kernel=_two_input_ufunc(np.divide, _NATIVE_FLOATS_HALF),
+    engine_limits=_ORT_INT_DIVISION,
 )
 
 
@@ -1240,6 +1251,7 @@ binary(
         rhs_nonzero=True,
         attrs=({"fmod": 1},),  # float fmod=0 (Mod-28): tests/ops/test_elementwise.py
     ),
+    engine_limits=_ORT_INT_DIVISION,
 )
 
 

@@ -1,10 +1,21 @@
 """Algebraic simplification: identities of arithmetic, casts and layout operators.
 
 Every rule replaces a value by one with exactly its dtype and shape (``x * 1`` where the ``1``
-broadcasts ``x`` to a bigger shape is *not* ``x``, and is left alone: the driver checks). None
-reorders floating-point math unless ``DefaultsOptions.allow_reassociation`` is set. ``x + 0``
-and ``0 + x`` give ``x`` itself, which differs from the recorded sum only for ``x = -0.0`` (the
-sum is ``+0.0``).
+broadcasts ``x`` to a bigger shape is *not* ``x``, and is left alone: the driver checks), and,
+unless ``DefaultsOptions.allow_reassociation`` is set, by one with exactly its values in
+IEEE arithmetic, NaN, infinities, signed zeros and integer wrap-around included (audit in
+docs/design.md, "Outputs never alias; IEEE identities"):
+
+* ``x * 1``, ``x / 1``, ``x ** 1``, ``-(-x)``: exact for every dtype;
+* ``x - 0`` is ``x`` for ``+0.0`` only (``-0.0 - -0.0`` is ``+0.0``), ``x + 0`` for ``-0.0``
+  only (``-0.0 + 0.0`` is ``+0.0``); both exact for integers;
+* ``x ** 2`` is ``x * x`` (NumPy's power squares exactly); ``x ** 3`` is ``(x * x) * x`` for
+  integers only (for floats it rounds twice: 1 ulp off in a quarter of cases);
+* casts: to the same dtype, or through a dtype that holds every value exactly;
+* layout (transpose, reshape) chains: no arithmetic at all.
+
+A rule that returns one of the node's inputs makes the output share the input's buffer; the
+plans copy such outputs (see :func:`kiln.exec.plan.output_copies`).
 """
 
 from __future__ import annotations
@@ -47,9 +58,28 @@ def _square(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
 
 
 def _cube(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    # pow(x, 3) rounds once, (x * x) * x twice: for floats only under relaxed float rules.
     if not _integer_power_is_exact(m):
         return None
+    if dtypes.is_floating(m["x"].dtype) and not options.allow_reassociation:
+        return None
     return b.op("Mul", b.op("Mul", m["x"], m["x"]), m["x"])
+
+
+def _signed_zero(negative: bool):  # type: ignore[no-untyped-def]
+    """``x + z -> x`` (``negative``) or ``x - z -> x``: exact for integers, and for floats
+    only when every element of the zero ``z`` has the given sign: ``-0.0 + 0.0`` is ``+0.0``,
+    ``x + -0.0`` is ``x``; ``x - 0.0`` is ``x``, ``-0.0 - -0.0`` is ``+0.0``."""
+
+    def build(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+        x = m["x"]
+        if dtypes.is_floating(x.dtype) and not options.allow_reassociation:
+            zero = m.data("zero")
+            if zero is None or not bool(np.all(np.signbit(zero) == negative)):
+                return None
+        return x
+
+    return build
 
 
 def _integer_power_is_exact(m: Match) -> bool:
@@ -179,12 +209,14 @@ def _fold_constants_of(kind: str):  # type: ignore[no-untyped-def]
 
 SIMPLIFY_RULES: list[Rule] = [
     Rule(op("Mul", X, const(1)), keep("x"), "mul-one"),  # x * 1 -> x, 1 * x -> x
-    Rule(op("Add", X, const(0)), keep("x"), "add-zero"),  # x + 0 -> x, 0 + x -> x
-    Rule(op("Sub", X, const(0)), keep("x"), "sub-zero"),  # x - 0 -> x
+    # x + (-0.0) -> x, (-0.0) + x -> x; x + 0 -> x for integers  [+0.0: relaxed]
+    Rule(op("Add", X, const(0, "zero")), _signed_zero(negative=True), "add-zero"),
+    # x - 0.0 -> x; x - 0 -> x for integers  [-0.0: relaxed]
+    Rule(op("Sub", X, const(0, "zero")), _signed_zero(negative=False), "sub-zero"),
     Rule(op("Div", X, const(1)), keep("x"), "div-one"),  # x / 1 -> x
     Rule(op("Pow", X, const(1)), keep("x"), "pow-one"),  # x ** 1 -> x
     Rule(op("Pow", X, const(2, "p")), _square, "pow-two"),  # x ** 2 -> x * x
-    Rule(op("Pow", X, const(3, "p")), _cube, "pow-three"),  # x ** 3 -> (x * x) * x
+    Rule(op("Pow", X, const(3, "p")), _cube, "pow-three"),  # x ** 3 -> (x * x) * x  [ints]
     Rule(op("Pow", X, const(0.5)), _sqrt, "pow-half"),  # x ** 0.5 -> sqrt(x)  [relaxed]
     Rule(op("Neg", op("Neg", X)), keep("x"), "neg-neg"),  # -(-x) -> x
     Rule(op("Identity", X), keep("x"), "identity"),  # identity(x) -> x
@@ -224,7 +256,8 @@ SIMPLIFY_RULES: list[Rule] = [
 @transform("simplify_algebra")
 def simplify_algebra(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGraph, int]:
     """Apply the algebraic identities of :data:`SIMPLIFY_RULES` until none applies: ``x*1``,
-    ``x+0``, ``x-0``, ``x/1``, ``x**1`` to ``x``; ``x**2``, ``x**3`` to multiplications;
+    ``x+(-0.0)``, ``x-0.0``, ``x/1``, ``x**1`` to ``x``; ``x**2`` (and integer ``x**3``) to
+    multiplications;
     ``--x``, Identity, casts to the same dtype, exact cast chains, transpose and reshape chains,
     reshapes and expands to the same shape."""
     return rewrite_with_rules(graph, SIMPLIFY_RULES, options)
