@@ -168,7 +168,10 @@ def test_str_forms() -> None:
 
 @pytest.mark.parametrize(
     ("conversion", "match"),
-    [(bool, "truth value of the symbolic size B"), (int, "no value until the graph runs")],
+    [
+        (bool, r"bool\(B\): the symbolic size B has no value"),
+        (int, "no value until the graph runs"),
+    ],
 )
 def test_python_conversions_refuse(conversion: Callable[[Any], Any], match: str) -> None:
     with pytest.raises(TypeError, match=match):
@@ -295,3 +298,101 @@ def test_symbolic_expressions_evaluate_like_ints(tree: Any, b: int, s: int) -> N
     again = _build(tree, symbol)
     assert expr == again and hash(expr) == hash(again)
     assert isinstance(expr, (int, SymDim)) and not isinstance(expr, bool)
+
+
+# -- comparisons and shape guards ----------------------------------------------------------
+
+
+class _RecordingHook:
+    """A GuardHook that answers from fixed sizes and keeps what it was asked."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+        self.asked: list[tuple[str, bool | None]] = []
+
+    def compare(self, left: Any, op: str, right: Any, what: str, assume: bool | None) -> bool:
+        self.asked.append((f"{left} {op} {right}", assume))
+        return symbolic.ShapeGuard(left, op, right).holds(self.sizes)
+
+    def size(self, dim: SymDim, what: str) -> int | None:
+        self.asked.append((f"int({dim})", None))
+        return evaluate(dim, self.sizes)
+
+    def known(self, dim: SymDim) -> int | None:
+        return evaluate(dim, self.sizes)
+
+
+def test_comparisons_that_hold_for_every_size_need_no_sizes() -> None:
+    assert B + 1 > 0 and B >= 0 and 0 <= B and not B < 0 and B + 2 != 1
+    assert 2 * B + S >= B and not (B + 1 == B) and B - B - 1 < 0
+    for undecided in (lambda: B > 0, lambda: B < S, lambda: B - S >= 0, lambda: (B // 2) >= 0):
+        with pytest.raises(TypeError, match="no value until the graph runs"):
+            undecided()
+
+
+def test_expressions_compare_as_expressions_without_a_hook() -> None:
+    assert not (B == 1) and B != 1 and not (B == S) and B != S and B == symbol("B")
+    assert (B == "B") is False and B != None  # noqa: E711 - not a size
+
+
+def test_hook_answers_the_users_comparisons() -> None:
+    hook = _RecordingHook({"B": 1, "S": 4})
+    with symbolic.guard_scope(hook):
+        assert B == 1 and not (B != 1) and 1 == B and S > 2 and 3 < S and B <= S and not bool(B - 1)
+        assert list(range(S)) == [0, 1, 2, 3] and operator.index(S) == 4
+        assert B + 1 > 0  # decided without asking
+    assert [text for text, _ in hook.asked] == [
+        "B == 1",
+        "B != 1",
+        "B == 1",
+        "S > 2",
+        "S > 3",
+        "B <= S",
+        "B - 1 != 0",
+        "int(S)",
+        "int(S)",
+    ]
+
+
+def test_hook_is_not_asked_for_kilns_own_comparisons() -> None:
+    hook = _RecordingHook({"B": 1, "S": 1})
+    with symbolic.guard_scope(hook):
+        assert broadcast_dim(B, 1) == B and str(broadcast_dim(B, S)) == "bcast(B, S)"
+        assert str(symbolic.floordiv(B, 2)) == "(B//2)"
+    assert hook.asked == []
+
+
+def test_decide_asks_the_hook_and_assumes_without_one() -> None:
+    assert symbolic.decide(3, "==", 3) and symbolic.decide(B + 1, ">", 0)
+    assert symbolic.decide(B, "==", S, assume=True)
+    with pytest.raises(TypeError):
+        symbolic.decide(B, "==", S)
+    hook = _RecordingHook({"B": 2, "S": 3})
+    with symbolic.guard_scope(hook):
+        assert not symbolic.decide(B, "==", S, assume=True)
+    assert hook.asked == [("B == S", True)]
+
+
+def test_shape_guard() -> None:
+    guard = symbolic.ShapeGuard(B * S, "<", 10, "f.py:3", "n < 10")
+    assert str(guard) == "B*S < 10" and repr(guard) == "ShapeGuard('B*S < 10')"
+    assert guard.symbols == frozenset({"B", "S"})
+    assert guard.holds({"B": 2, "S": 4}) and not guard.holds({"B": 2, "S": 5})
+    bound = guard.bind({"S": 5})
+    assert str(bound) == "5*B < 10" and bound.where == "f.py:3" and not bound.is_static()
+    static = guard.bind({"B": 1, "S": 3})
+    assert static.is_static() and static.holds({})
+    assert str(guard.negated()) == "B*S >= 10" and guard.negated().what == "n < 10"
+    with pytest.raises(ValueError, match="compares with one of"):
+        symbolic.ShapeGuard(B, "=", 1)
+
+
+def test_substitute_and_describe() -> None:
+    assert symbolic.substitute(B * S + 1, {"S": 3}) == 3 * B + 1
+    assert symbolic.substitute(symbolic.floordiv(B, S), {"B": 7, "S": 2}) == 3
+    assert symbolic.substitute(dim_max(B, S), {"S": 2}) == dim_max(B, 2)
+    assert symbolic.substitute(4, {"B": 1}) == 4
+    assert symbolic.describe((B, 3)) == "(B, 3)" and symbolic.describe(B) == "B"
+    with symbolic.guard_scope(_RecordingHook({"B": 5})):
+        assert symbolic.describe((B, 3)) == "(B=5, 3)"
+        assert symbolic.describe((B + 1,)) == "(B + 1=6,)"

@@ -10,13 +10,23 @@ evaluated when the symbols are bound.
 
 A :data:`Dim` is an ``int`` or a ``SymDim``; an expression that folds to a constant *is* an int,
 so code can test ``isinstance(d, int)`` for "static".
+
+Comparisons: ``==`` between expressions is "the same expression" for kiln's own code. A user's
+comparison or truth test of a size during a capture (``x.shape[0] == 1``, ``n > 2``, ``bool(n)``,
+``int(n)``) is answered by the :class:`GuardHook` the capture installs (:func:`guard_scope`),
+from the sizes of the call being recorded, and becomes a :class:`ShapeGuard` of the graph.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Mapping
-from typing import Union
+import numbers
+import operator
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Protocol, Union
 
 __all__ = [
     "SymDim",
@@ -34,6 +44,12 @@ __all__ = [
     "dim_min",
     "prod",
     "format_shape",
+    "ShapeGuard",
+    "GuardHook",
+    "guard_scope",
+    "decide",
+    "substitute",
+    "describe",
 ]
 
 Dim = Union[int, "SymDim"]
@@ -145,21 +161,42 @@ class SymDim:
             return NotImplemented
         return mod(other, self)
 
-    # -- identity -------------------------------------------------------------------------
+    # -- identity and comparison -------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SymDim) and self._terms == other._terms
+        if isinstance(other, SymDim) and other._terms == self._terms:
+            return True
+        return _is_dim(other) and _compare(self, "==", other)  # type: ignore[arg-type]
+
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, SymDim) and other._terms == self._terms:
+            return False
+        return not _is_dim(other) or _compare(self, "!=", other)  # type: ignore[arg-type]
+
+    def __lt__(self, other: Dim) -> bool:
+        return _compare(self, "<", other) if _is_dim(other) else NotImplemented
+
+    def __le__(self, other: Dim) -> bool:
+        return _compare(self, "<=", other) if _is_dim(other) else NotImplemented
+
+    def __gt__(self, other: Dim) -> bool:
+        return _compare(self, ">", other) if _is_dim(other) else NotImplemented
+
+    def __ge__(self, other: Dim) -> bool:
+        return _compare(self, ">=", other) if _is_dim(other) else NotImplemented
 
     def __hash__(self) -> int:
         return self._hash
 
     def __bool__(self) -> bool:
-        raise TypeError(
-            f"the truth value of the symbolic size {self} is not known until the graph runs; "
-            "compare shapes with static sizes, or mark the axis static"
-        )
+        return _compare(self, "!=", 0, what=f"bool({self})")
 
     def __index__(self) -> int:
+        hook = _GUARD_HOOK.get()
+        if hook is not None and not _from_kiln(1):
+            value = hook.size(self, f"int({self})")
+            if value is not None:
+                return value
         raise TypeError(
             f"the symbolic size {self} has no value until the graph runs, so it cannot be used "
             "as a Python int (range(), list length, ...); keep the axis static or use tensor ops"
@@ -214,6 +251,251 @@ class SymDim:
 
     def __repr__(self) -> str:
         return f"SymDim({str(self)!r})"
+
+
+# -- comparisons and shape guards -------------------------------------------------------------
+
+_OPERATORS: dict[str, Callable[[int, int], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+class ShapeGuard:
+    """A fact about symbolic sizes that a graph was recorded under: ``left op right``.
+
+    A capture that compares a symbolic size (``x.shape[0] == 1``, ``n > 2``, ``bool(n)``,
+    ``int(n)``) takes the branch the call's sizes give and records the comparison as a guard, so
+    the graph holds exactly for the sizes that give the same answer; the graph's input check
+    evaluates its guards and refuses other sizes.
+
+    Example:
+        >>> g = ShapeGuard(symbol("B"), "!=", 1)
+        >>> str(g), g.holds({"B": 4}), g.holds({"B": 1})
+        ('B != 1', True, False)
+    """
+
+    __slots__ = ("left", "op", "right", "where", "what")
+
+    def __init__(self, left: Dim, op: str, right: Dim, where: str = "", what: str = "") -> None:
+        if op not in _OPERATORS:
+            raise ValueError(f"a shape guard compares with one of {sorted(_OPERATORS)}, not {op!r}")
+        self.left, self.op, self.right = left, op, right
+        self.where = where  # the user's source line
+        self.what = what  # the comparison as the code wrote it, or the check kiln made
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        """The names of the sizes the guard depends on."""
+        names: set[str] = set()
+        for d in (self.left, self.right):
+            if isinstance(d, SymDim):
+                names.update(d.symbols)
+        return frozenset(names)
+
+    def holds(self, bindings: Mapping[str, int]) -> bool:
+        """Whether the guard is true with each symbol bound to a size."""
+        return _OPERATORS[self.op](evaluate(self.left, bindings), evaluate(self.right, bindings))
+
+    def bind(self, bindings: Mapping[str, int]) -> ShapeGuard:
+        """The guard with the sizes in ``bindings`` substituted (:func:`substitute`)."""
+        left, right = substitute(self.left, bindings), substitute(self.right, bindings)
+        return ShapeGuard(left, self.op, right, self.where, self.what)
+
+    def negated(self) -> ShapeGuard:
+        """The opposite guard (``==`` for ``!=``, ``>=`` for ``<``)."""
+        return ShapeGuard(self.left, _NEGATED[self.op], self.right, self.where, self.what)
+
+    def is_static(self) -> bool:
+        """True when no symbol is left: :meth:`holds` then needs no bindings."""
+        return isinstance(self.left, int) and isinstance(self.right, int)
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+    def __repr__(self) -> str:
+        return f"ShapeGuard({str(self)!r})"
+
+
+class GuardHook(Protocol):
+    """What answers comparisons of symbolic sizes during a capture (installed by the tracer
+    with :func:`guard_scope`). The symbolic layer asks; the capture layer knows the sizes of
+    the call being recorded and records the guard."""
+
+    def compare(self, left: Dim, op: str, right: Dim, what: str, assume: bool | None) -> bool:
+        """The answer of ``left op right`` (recording a guard), or ``assume`` (also recorded)
+        when the sizes are not known; raise when neither is possible."""
+        ...
+
+    def size(self, dim: SymDim, what: str) -> int | None:
+        """The value of ``dim`` for the call being recorded (recording ``dim == value``), or
+        None when it is not known."""
+        ...
+
+    def known(self, dim: SymDim) -> int | None:
+        """The value of ``dim`` for the call being recorded, without a guard (for messages)."""
+        ...
+
+
+_GUARD_HOOK: ContextVar[GuardHook | None] = ContextVar("kiln_guard_hook", default=None)
+
+
+@contextlib.contextmanager
+def guard_scope(hook: GuardHook | None) -> Iterator[None]:
+    """Route comparisons of symbolic sizes to ``hook`` inside the block (None: no hook)."""
+    token = _GUARD_HOOK.set(hook)
+    try:
+        yield
+    finally:
+        _GUARD_HOOK.reset(token)
+
+
+def _is_dim(x: object) -> bool:
+    return isinstance(x, (SymDim, numbers.Integral))
+
+
+def _from_kiln(depth: int) -> bool:
+    """Whether the code that made the comparison (the frame ``depth`` levels above the caller,
+    or the first frame above it outside NumPy) is kiln's own."""
+    frame = sys._getframe(depth + 1)
+    name = frame.f_globals.get("__name__", "")
+    while name.startswith("numpy") and frame.f_back is not None:
+        frame = frame.f_back
+        name = frame.f_globals.get("__name__", "")
+    return name == "kiln" or name.startswith("kiln.")
+
+
+def _decided(a: Dim, op: str, b: Dim) -> bool | None:
+    """The answer of ``a op b`` when it holds for every size (sizes are non-negative), or
+    None when it depends on the sizes."""
+    diff = a - b
+    if isinstance(diff, int):
+        return _OPERATORS[op](diff, 0)
+    if not all(isinstance(atom, str) for mono, _ in diff._terms for atom, _ in mono):
+        return None  # an opaque term (//, %, max, ...) may be negative
+    coefficients = [c for _, c in diff._terms]
+    constant = dict(diff._terms).get((), 0)
+    if all(c >= 0 for c in coefficients):  # diff >= constant >= 0
+        low_answers = {">=": True, "<": False}
+        if constant > 0:
+            low_answers.update({"==": False, "!=": True, ">": True, "<=": False})
+        return low_answers.get(op)
+    if all(c <= 0 for c in coefficients):  # diff <= constant <= 0
+        high_answers = {"<=": True, ">": False}
+        if constant < 0:
+            high_answers.update({"==": False, "!=": True, "<": True, ">=": False})
+        return high_answers.get(op)
+    return None
+
+
+def _compare(a: SymDim, op: str, b: Dim, what: str | None = None) -> bool:
+    """``a op b`` for the comparison operators of :class:`SymDim` (called from them).
+
+    A comparison whose answer does not depend on the sizes is answered. Otherwise, inside a
+    capture (a :class:`GuardHook` is installed) the user's comparison is answered from the
+    sizes of the call being recorded and becomes a guard. kiln's own code compares sizes as
+    expressions (``==`` is "the same expression"; it asks :func:`decide` when it needs an
+    answer that holds at run time), so its bookkeeping never adds guards.
+    """
+    b = b if isinstance(b, SymDim) else int(b)  # type: ignore[arg-type]
+    hook = _GUARD_HOOK.get()
+    user = hook is not None and not _from_kiln(2)
+    if what is None and op in ("==", "!=") and not user:
+        return op == "!="  # as expressions: not the same expression (the caller checked that)
+    known = _decided(a, op, b)
+    if known is not None:
+        return known
+    if user:
+        return hook.compare(a, op, b, what or f"{a} {op} {b}", None)  # type: ignore[union-attr]
+    text = what or f"{a} {op} {b}"
+    raise TypeError(
+        f"{text}: the symbolic size {a} has no value until the graph runs, so the answer is "
+        "not known here; compare inside kiln.compile/kiln.trace with example inputs (the "
+        "answer then becomes a shape guard), or mark the axis static"
+    )
+
+
+def decide(a: Dim, op: str, b: Dim, *, assume: bool | None = None, what: str = "") -> bool:
+    """``a op b`` where kiln's own code needs an answer that holds when the graph runs (sizes
+    that must agree, an axis that must not be empty).
+
+    Static sizes are compared. Inside a capture with example inputs the call's sizes answer and
+    the comparison becomes a shape guard; without sizes (a trace from a signature) ``assume``
+    is taken and recorded as a guard, so the graph refuses sizes that break it.
+
+    Example:
+        >>> decide(3, "==", 3), decide(symbol("B") + 1, ">", 0)
+        (True, True)
+        >>> decide(symbol("B"), "==", symbol("C"), assume=True)
+        True
+    """
+    if isinstance(a, int) and isinstance(b, int):
+        return _OPERATORS[op](a, b)
+    known = _decided(a, op, b)
+    if known is not None:
+        return known
+    hook = _GUARD_HOOK.get()
+    if hook is not None:
+        return hook.compare(a, op, b, what or f"{a} {op} {b}", assume)
+    if assume is not None:
+        return assume
+    raise TypeError(f"{a} {op} {b}: the answer depends on sizes not known until the graph runs")
+
+
+def describe(shape: Dim | Iterable[Dim]) -> str:
+    """A size or a shape as text, with the sizes of the call being recorded where they are
+    known (for error messages): ``s0=5``, ``(s0=5, 2, s1=1)``.
+
+    Example:
+        >>> describe((symbol("B"), 3)), describe(4)
+        ('(B, 3)', '4')
+    """
+    if isinstance(shape, (int, SymDim)):
+        hook = _GUARD_HOOK.get()
+        value = None if hook is None or isinstance(shape, int) else hook.known(shape)
+        return str(shape) if value is None else f"{shape}={value}"
+    entries = [describe(d) for d in shape]
+    return "(" + ", ".join(entries) + ("," if len(entries) == 1 else "") + ")"
+
+
+def substitute(dim: Dim, bindings: Mapping[str, int]) -> Dim:
+    """``dim`` with the symbols in ``bindings`` replaced by their sizes (others kept).
+
+    Example:
+        >>> str(substitute(symbol("B") * symbol("S") + 1, {"S": 3}))
+        '3*B + 1'
+    """
+    if isinstance(dim, int):
+        return dim
+    total: Dim = 0
+    for mono, coef in dim._terms:
+        term: Dim = coef
+        for atom, power in mono:
+            factor = _substitute_atom(atom, bindings)
+            for _ in range(power):
+                term = term * factor
+        total = total + term
+    return total
+
+
+def _substitute_atom(atom: Atom, bindings: Mapping[str, int]) -> Dim:
+    if isinstance(atom, str):
+        return int(bindings[atom]) if atom in bindings else symbol(atom)
+    kind, a, b = atom
+    a, b = substitute(a, bindings), substitute(b, bindings)
+    rebuild: dict[str, Callable[[Dim, Dim], Dim]] = {
+        "//": floordiv,
+        "%": mod,
+        "max": dim_max,
+        "min": dim_min,
+        "bcast": broadcast_dim,
+    }
+    return rebuild[kind](a, b)
 
 
 def _term_key(term: tuple[Monomial, int]) -> tuple:

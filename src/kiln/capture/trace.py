@@ -25,8 +25,8 @@ from ..ir.graph import ModelGraph, NameScope, Node, Value
 from ..ops.dispatch import handler_scope, run_kernel
 from ..ops.registry import ELEMENTWISE, OpDef, TensorType
 from ..source import user_source
-from ..spec import TensorSpec
-from ..symbolic import Dim, SymDim, format_shape, symbol
+from ..spec import TensorSpec, check_dynamic_axes_refer
+from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
 from ..tensor import Tensor, call
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
@@ -51,6 +51,11 @@ class Tracer:
         self._size_tensors: dict[Dim, Tensor] = {}
         # Dynamic sizes an operation forced to one value: (symbol, size, message).
         self.pins: list[tuple[str, int, str]] = []
+        # Shape guards: the comparisons of symbolic sizes the recorded branch depends on.
+        self.shape_guards: list[ShapeGuard] = []
+        self._guard_texts: set[str] = set()
+        self._sizes: dict[str, int] = {}  # symbol -> its size in the call being recorded
+        self._input_symbols: set[str] = set()  # the symbols the graph's inputs bind
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -58,14 +63,22 @@ class Tracer:
         """A graph input and the recording tensor that stands for it."""
         value = self.builder.add_input(name, ttype)
         t = Tensor._abstract(ttype, TraceRef(self, value), data)
+        self._input_symbols.update(
+            d.name for d in ttype.shape if isinstance(d, SymDim) and d.is_symbol()
+        )
         self._note_symbols(t)
         return t
 
     def _note_symbols(self, t: Tensor) -> None:
-        """Remember the first recorded tensor each symbolic size appears in (for size_tensor)."""
+        """Remember the first recorded tensor each symbolic size appears in (for size_tensor),
+        and, when the tensor has values, the size each symbol has in this call."""
+        data = t._data
         for axis, d in enumerate(t.type.shape):
-            if isinstance(d, SymDim) and d.is_symbol() and d.name not in self._symbol_source:
-                self._symbol_source[d.name] = (t, axis)
+            if isinstance(d, SymDim) and d.is_symbol():
+                if d.name not in self._symbol_source:
+                    self._symbol_source[d.name] = (t, axis)
+                if data is not None:
+                    self._sizes.setdefault(d.name, data.shape[axis])
 
     # -- the Handler protocol --------------------------------------------------------------
 
@@ -153,6 +166,75 @@ class Tracer:
             f"{value.name!r} axis {axis}) to {size}: it is {how}"
         )
         self.pins.append((d.name, size, message))
+
+    # -- shape guards (the GuardHook protocol of kiln.symbolic) ----------------------------
+
+    def compare(self, left: Dim, op: str, right: Dim, what: str, assume: bool | None) -> bool:
+        """Answer ``left op right`` from the sizes of the call being recorded and record the
+        answer as a shape guard; without sizes (a trace from a signature) take ``assume`` as
+        the guard, or raise :class:`CaptureError` when there is nothing to assume."""
+        where = user_source()
+        names = _symbols_of(left, right)
+        guard = ShapeGuard(left, op, right, where, what)
+        if names <= self._sizes.keys():
+            answer = guard.holds(self._sizes)
+            self._guard(guard if answer else guard.negated())
+            return answer
+        if assume is not None and names <= self._input_symbols:
+            self._guard(guard if assume else guard.negated())
+            return assume
+        unknown = ", ".join(sorted(names - self._sizes.keys()))
+        raise CaptureError(
+            f"{what} at {where}: the answer depends on the symbolic size(s) {unknown}, which "
+            "have no value in a trace from a signature, so kiln cannot tell which branch to "
+            "record. Trace with example inputs (the answer then becomes a shape guard that the "
+            "graph checks at every run), mark the axis static, or keep the choice in tensor "
+            "operations (kiln.where)."
+        )
+
+    def size(self, dim: SymDim, what: str) -> int | None:
+        """The value of ``dim`` in the call being recorded, guarded (``dim == value``)."""
+        if not dim.symbols <= self._sizes.keys():
+            self.compare(dim, "==", 0, what, None)  # raises CaptureError naming the line
+        value = evaluate(dim, self._sizes)
+        self._guard(ShapeGuard(dim, "==", value, user_source(), what))
+        return value
+
+    def known(self, dim: SymDim) -> int | None:
+        """The value of ``dim`` in the call being recorded, when known (no guard)."""
+        return evaluate(dim, self._sizes) if dim.symbols <= self._sizes.keys() else None
+
+    def _guard(self, guard: ShapeGuard) -> None:
+        """Keep ``guard`` (once). A guard on sizes that only the graph computes (a NonZero
+        count) cannot be checked before a run: it becomes a host read of the comparison's
+        value (a value guard in kiln.compile)."""
+        text = str(guard)
+        if text in self._guard_texts:
+            return
+        self._guard_texts.add(text)
+        if guard.symbols <= self._input_symbols:
+            self.shape_guards.append(guard)
+            return
+        if type(self).host_read is Tracer.host_read:
+            raise CaptureError(
+                f"{guard.what} at {guard.where} compares a size that depends on the data (it is "
+                "only known when the graph runs), so a traced graph cannot check it before "
+                "it runs; keep the choice in tensor operations (kiln.where), or use "
+                "kiln.compile, which checks it as a value guard"
+            )
+        from ..functions.operands import constant
+
+        def size_tensor(d: Dim) -> Tensor:
+            if isinstance(d, SymDim):
+                return self.size_tensor(d)
+            return constant(np.asarray([d], dtype=np.int64))
+
+        left, right = size_tensor(guard.left), size_tensor(guard.right)
+        if guard.op == "!=":
+            predicate = call("Not", call("Equal", left, right))
+        else:
+            predicate = call(_PREDICATE_OPS[guard.op], left, right)
+        self.host_read(predicate, "bool(tensor)")
 
     def host_read(self, tensor: Tensor, what: str) -> Any:
         raise CaptureError(
@@ -244,11 +326,30 @@ class Tracer:
             renames[id(value)] = scope.fresh(out_name)
             out_values.append(value)
         graph = _rename(self.builder.graph(name, out_values), renames)
+        if self.shape_guards:
+            graph = graph.with_shape_guards(self.shape_guards)
         if self.pins:
             from ..optim.specialize import specialize_graph
 
             graph = specialize_graph(graph, {name: size for name, size, _ in self.pins})
         return graph
+
+
+_PREDICATE_OPS = {
+    "==": "Equal",
+    "<": "Less",
+    "<=": "LessOrEqual",
+    ">": "Greater",
+    ">=": "GreaterOrEqual",
+}
+
+
+def _symbols_of(*dims: Dim) -> frozenset[str]:
+    names: set[str] = set()
+    for d in dims:
+        if isinstance(d, SymDim):
+            names.update(d.symbols)
+    return frozenset(names)
 
 
 def _rename(graph: ModelGraph, renames: dict[int, str]) -> ModelGraph:
@@ -361,6 +462,10 @@ def plan_inputs(
         if spec is not None and leaf is not None:
             _check_fits(name, spec, dtype, given_shape)
         slots.append(InputSlot(i, name, TensorType(np.dtype(dtype), shape)))
+    statics = [
+        _derive_name(p, param_names) for p, x in zip(paths, leaves) if not _is_tensor_leaf(x)
+    ]
+    check_dynamic_axes_refer(dynamic_axes, [(s.name, s.type.ndim) for s in slots], statics)
     _check_symbol_consistency(slots, [leaves[s.index] for s in slots])
     return slots
 
@@ -511,5 +616,5 @@ def record(
         data = None if leaf is None else (leaf._data if isinstance(leaf, Tensor) else leaf)
         new_leaves[slot.index] = tracer.add_input(slot.name, slot.type, data)
     call_args, call_kwargs = rebuild(new_leaves)
-    with handler_scope(tracer):
+    with handler_scope(tracer), guard_scope(tracer):
         return fn(*call_args, **call_kwargs)

@@ -1,4 +1,5 @@
-"""The graph's own input check: count, names, dtype, rank, static sizes, symbol bindings.
+"""The graph's own input check: count, names, dtype, rank, static sizes, symbol bindings and
+the graph's shape guards (the comparisons of sizes its capture depends on).
 
 Built once when a graph is finalized. The common case (every input has the expected dtype and
 static shape) costs one tuple comparison per input; anything else takes the slow path that
@@ -12,14 +13,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputMismatchError
-from ..symbolic import SymDim, format_shape
-from ..tensor import Tensor
+from ..errors import ArgumentTypeError, InputMismatchError
+from ..symbolic import ShapeGuard, SymDim, format_shape
+from ..tensor import Tensor, plain_array
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
 
-__all__ = ["InputChecker"]
+__all__ = ["InputChecker", "ShapeGuardError"]
+
+
+class ShapeGuardError(InputMismatchError):
+    """The inputs' sizes break a shape guard of the graph: the capture took another branch.
+
+    ``kiln.compile`` re-captures such a call; a traced graph refuses it.
+    """
+
+    def __init__(self, message: str, guard: ShapeGuard, sizes: Mapping[str, int]) -> None:
+        super().__init__(message)
+        self.guard = guard
+        self.sizes = dict(sizes)
 
 
 class InputChecker:
@@ -32,7 +45,10 @@ class InputChecker:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.dtypes = tuple(v.dtype for v in values)
         self.shapes = tuple(v.shape for v in values)
-        self.static = all(all(isinstance(d, int) for d in s) for s in self.shapes)
+        self.guards = graph.shape_guards
+        self.static = not self.guards and all(
+            all(isinstance(d, int) for d in s) for s in self.shapes
+        )
 
     def __call__(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
         arrays = self._order(inputs)
@@ -78,6 +94,11 @@ class InputChecker:
                     f"graph {self.graph_name!r}: run() takes a list or dict of inputs, not a "
                     "single tensor; wrap it: run([x])"
                 )
+            if inputs is None or isinstance(inputs, (str, bytes)):
+                raise ArgumentTypeError(
+                    f"graph {self.graph_name!r}: run() takes a list of inputs (in the order "
+                    f"{list(names)}) or a dict by input name, got {type(inputs).__name__}"
+                )
             given = list(inputs)
             if len(given) != len(names):
                 raise InputMismatchError(
@@ -92,8 +113,15 @@ class InputChecker:
             if data is None:
                 raise InputMismatchError(f"input {name!r}: got a traced tensor without values")
             return data
-        if isinstance(x, np.ndarray):
+        if type(x) is np.ndarray:
             return x
+        if isinstance(x, np.ndarray):  # np.matrix and masked arrays are refused, with why
+            return plain_array(x, f"graph {self.graph_name!r}: input {name!r}")
+        if x is None or isinstance(x, (str, bytes)):
+            raise ArgumentTypeError(
+                f"graph {self.graph_name!r}: input {name!r} must be a tensor or an array, got "
+                f"{type(x).__name__} {x!r}"
+            )
         try:
             return np.asarray(x)
         except Exception as exc:
@@ -101,13 +129,18 @@ class InputChecker:
                 f"input {name!r}: expected a tensor or array, got {type(x).__name__}"
             ) from exc
 
-    def _check(self, arrays: Sequence[np.ndarray]) -> None:
+    def _check(self, arrays: list[np.ndarray]) -> None:
         bound: dict[str, tuple[int, str, int]] = {}  # symbol -> (size, input, axis)
-        for array, name, dtype, shape in zip(arrays, self.names, self.dtypes, self.shapes):
+        for k, (array, name, dtype, shape) in enumerate(
+            zip(arrays, self.names, self.dtypes, self.shapes)
+        ):
             if array.dtype != dtype:
-                raise InputMismatchError(
-                    f"input {name!r}: expected dtype {dtype}, got {array.dtype}"
-                )
+                if array.dtype.newbyteorder("=") != dtype:
+                    raise InputMismatchError(
+                        f"input {name!r}: expected dtype {dtype}, got {array.dtype}"
+                    )
+                # Big-endian data: computed on a native copy, as NumPy computes.
+                array = arrays[k] = array.astype(dtype)
             if array.ndim != len(shape):
                 raise InputMismatchError(
                     f"input {name!r}: expected rank {len(shape)} (shape "
@@ -145,3 +178,28 @@ class InputChecker:
                             f"input {name!r} axis {axis}: expected size {d} = {want}, got "
                             f"{array.shape[axis]}"
                         )
+        for guard in self.guards:
+            if not guard.holds(sizes):
+                raise self._guard_error(guard, sizes, bound)
+
+    def _guard_error(
+        self,
+        guard: ShapeGuard,
+        sizes: Mapping[str, int],
+        bound: Mapping[str, tuple[int, str, int]],
+    ) -> ShapeGuardError:
+        used = {name: sizes[name] for name in sorted(guard.symbols)}
+        origin = "; ".join(
+            f"{name} = {size} (input {bound[name][1]!r} axis {bound[name][2]})"
+            for name, size in used.items()
+        )
+        what = guard.what or "a comparison of sizes"
+        where = f" at {guard.where}" if guard.where else ""
+        message = (
+            f"graph {self.graph_name!r} holds only for sizes where {guard} ({what}{where}), "
+            f"but here {origin or 'it is false'}, so the graph does not apply: NumPy takes "
+            "another branch or raises for these sizes. kiln.compile captures such a call anew; "
+            "for a traced graph, trace again with these sizes, or keep the choice in tensor "
+            "operations (kiln.where)."
+        )
+        return ShapeGuardError(message, guard, used)

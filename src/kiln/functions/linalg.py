@@ -22,7 +22,7 @@ from .. import dtypes
 from ..errors import OpArgumentError, UnsupportedOperationError
 from ..ops.linalg import MATMUL_DTYPES
 from ..ops.rules import normalize_axis
-from ..symbolic import format_shape
+from ..symbolic import decide, describe
 from ..tensor import Tensor, call
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, shape_tensor, ufunc_operands
@@ -82,14 +82,17 @@ def _flatten(x: Tensor) -> Tensor:
 
 
 def _check_contraction(name: str, a: Tensor, b: Tensor, pairs: Sequence[tuple[int, int]]) -> None:
-    """Contracted axes must have equal sizes (einsum alone would broadcast a size of 1)."""
+    """Contracted axes must have equal sizes (einsum alone would broadcast a size of 1); for
+    symbolic sizes that is a shape guard of the capture."""
     for ia, ib in pairs:
         da, db = a.shape[ia], b.shape[ib]
-        if isinstance(da, int) and isinstance(db, int) and da != db:
+        # Symbolic sizes: the call's sizes answer inside a capture and the answer becomes a
+        # shape guard, so a later call whose sizes differ is refused (or re-captured).
+        if not decide(da, "==", db, assume=True, what=f"{name}: contracted sizes {da} == {db}"):
             raise OpArgumentError(
-                f"{name}: shapes {format_shape(a.shape)} and {format_shape(b.shape)} are not "
-                f"aligned: axis {ia} of the first has size {da} but axis {ib} of the second "
-                f"has size {db}"
+                f"{name}: shapes {describe(a.shape)} and {describe(b.shape)} are not "
+                f"aligned: axis {ia} of the first has size {describe(da)} but axis {ib} of the "
+                f"second has size {describe(db)}"
             )
 
 

@@ -24,7 +24,7 @@ from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError, UnsupportedOperationError
 from ..ops.reduce import ACCUMULATE_DTYPES, ORDERED_DTYPES
 from ..ops.rules import normalize_axis
-from ..symbolic import Dim, SymDim, format_shape
+from ..symbolic import Dim, SymDim, decide, describe
 from ..symbolic import prod as dim_prod
 from ..tensor import Tensor, call, dispatch
 from .numpy_protocol import implements
@@ -166,14 +166,26 @@ def _reduced_dims(x: Tensor, axes: tuple[int, ...] | None) -> tuple[list[Dim], l
 def _check_not_empty(name: str, ufunc: str, x: Tensor, axes: tuple[int, ...] | None) -> None:
     """Raise as NumPy does for a reduction without identity over an empty axis.
 
-    Only static sizes can be judged: a symbolic size may be 0 at run time, where the graph then
-    gives ONNX's identity (-inf/+inf, or the dtype's extreme).
+    A symbolic size is judged by the call being captured, and the answer becomes a shape guard
+    (the graph refuses, and ``kiln.compile`` re-captures, a call where the axis is empty), so
+    the graph never gives ONNX's identity (-inf/+inf) where NumPy raises.
     """
     reduced, _ = _reduced_dims(x, axes)
-    if builtins.any(d == 0 for d in reduced):
+    count = dim_prod(reduced)
+    if decide(count, "==", 0, assume=False, what=f"{name}: the size of the reduced axes {count}"):
         raise OpArgumentError(
             f"{name}: zero-size array to reduction operation {ufunc} which has no identity "
-            f"(input shape {format_shape(x.shape)}, axis {_describe(axes, x.ndim)})"
+            f"(input shape {describe(x.shape)}, axis {_describe(axes, x.ndim)})"
+        )
+
+
+def _check_lanes(name: str, x: Tensor, length: Dim, axis: str) -> None:
+    """Raise as NumPy does for an arg-reduction over an empty lane (a symbolic length is a
+    shape guard of the capture, as in :func:`_check_not_empty`)."""
+    if decide(length, "==", 0, assume=False, what=f"{name}: the length {length} of {axis}"):
+        raise OpArgumentError(
+            f"{name}: attempt to get {name} of an empty sequence (input shape "
+            f"{describe(x.shape)}, {axis})"
         )
 
 
@@ -366,7 +378,9 @@ def _arg(name: str, op: str, a: Any, axis: Any, keepdims: bool, out: Any) -> Ten
             axis = None  # NumPy allows axis 0 of a 0-d array
         else:
             ax = normalize_axis(name, ax, x.ndim, scalar=False, numpy_wording=True)
+            _check_lanes(name, x, x.shape[ax], f"axis {ax}")
             return call(op, x, axis=ax, keepdims=int(keepdims))
+    _check_lanes(name, x, dim_prod(x.shape), "axis None")
     # axis=None: the index into the flattened array.
     flat = call("Reshape", x, shape_tensor([-1]))
     index = call(op, flat, axis=0, keepdims=0)

@@ -20,7 +20,7 @@ from ..device import as_place
 from ..errors import GraphNotFinalizedError, GraphValidationError
 from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
 from ..spec import TensorSpec
-from ..symbolic import SymDim, format_shape
+from ..symbolic import ShapeGuard, SymDim, format_shape
 from .printer import format_graph
 
 if TYPE_CHECKING:
@@ -154,6 +154,7 @@ class ModelGraph:
         nodes: Sequence[Node],
         constants: Sequence[Constant] = (),
         place: object = None,
+        shape_guards: Sequence[ShapeGuard] = (),
     ) -> None:
         self.name = name
         self._inputs = tuple(inputs)
@@ -161,6 +162,7 @@ class ModelGraph:
         self._nodes = tuple(nodes)
         self._constants = tuple(constants)
         self._place = place  # a Device or Stream once chosen; None = the inputs' place
+        self._shape_guards = tuple(shape_guards)
         self._program: Executable | None = None  # what finalize() made, while it holds
 
     # -- structure ------------------------------------------------------------------------
@@ -201,6 +203,12 @@ class ModelGraph:
         return [v.spec for v in self._outputs]
 
     @property
+    def shape_guards(self) -> tuple[ShapeGuard, ...]:
+        """The facts about symbolic sizes the graph was recorded under (a capture's comparisons
+        of sizes: ``s0 != 1``); the graph's input check refuses sizes that break one."""
+        return self._shape_guards
+
+    @property
     def place(self) -> object:
         """Where the graph runs (a Device or Stream), or ``None`` before one is chosen."""
         return self._place
@@ -234,6 +242,19 @@ class ModelGraph:
             nodes,
             self._constants if constants is None else constants,
             self._place,
+            self._shape_guards,
+        )
+
+    def with_shape_guards(self, guards: Sequence[ShapeGuard]) -> ModelGraph:
+        """A new, unfinalized graph with the same body and ``guards`` as its shape guards."""
+        return ModelGraph(
+            self.name,
+            self._inputs,
+            self._outputs,
+            self._nodes,
+            self._constants,
+            self._place,
+            guards,
         )
 
     def copy(self) -> ModelGraph:
@@ -305,6 +326,7 @@ class ModelGraph:
         self._outputs = optimized._outputs
         self._nodes = optimized._nodes
         self._constants = optimized._constants
+        self._shape_guards = optimized._shape_guards
         program, self._program = self._program, None
         if program is not None:
             self.finalize(program.requested_engine)
@@ -478,6 +500,19 @@ def verify_graph(graph: ModelGraph) -> None:
             problems.append(f"graph output {v.name!r} is not defined by the graph")
     if len(set(graph.output_names)) != len(graph.output_names):
         problems.append(f"graph outputs repeat a name: {graph.output_names}")
+    bound = {
+        d.name
+        for v in graph.input_values
+        for d in v.shape
+        if isinstance(d, SymDim) and d.is_symbol()
+    }
+    for guard in graph.shape_guards:
+        if not guard.symbols <= bound:
+            unbound = ", ".join(sorted(guard.symbols - bound))
+            problems.append(
+                f"shape guard {guard} uses size(s) {unbound} that no input shape binds, so the "
+                "input check cannot evaluate it"
+            )
     if problems:
         listing = "\n  ".join(problems)
         raise GraphValidationError(f"graph {graph.name!r} is invalid:\n  {listing}")

@@ -3,6 +3,7 @@
 Example output::
 
     graph block(x: float32[B, 256]) -> (output: float32[B, 256])
+      guard B != 1  # model.py:12 (block)
       w: float32[256, 256] = <65536 values>
       eps: float32[] = 1e-05
       matmul: float32[B, 256] = MatMul(x, w)
@@ -62,6 +63,9 @@ def format_graph(graph: ModelGraph) -> str:
     ins = ", ".join(f"{v.name}: {format_type(v)}" for v in graph.input_values)
     outs = ", ".join(f"{v.name}: {format_type(v)}" for v in graph.output_values)
     lines = [f"graph {graph.name}({ins}) -> ({outs})"]
+    for guard in graph.shape_guards:
+        where = f"  # {guard.where}" if guard.where else ""
+        lines.append(f"  guard {guard}{where}")
     for c in graph.constants:
         text = f"  {c.value.name}: {format_type(c.value)} = "
         if c.data.size <= _MAX_INLINE:

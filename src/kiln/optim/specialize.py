@@ -42,7 +42,13 @@ def _specialize(graph: ModelGraph, sizes: Mapping[str, int]) -> tuple[ModelGraph
             mapping[id(old)] = new
             changed += new.type != old.type
     outputs = [mapping[id(v)] for v in graph.output_values]
-    return graph.with_body(builder.nodes, outputs, graph.constants, builder.inputs), changed
+    special = graph.with_body(builder.nodes, outputs, graph.constants, builder.inputs)
+    if graph.shape_guards:  # bound guards that hold are dropped; one that fails stays
+        bound = [g.bind(sizes) for g in graph.shape_guards]
+        special = special.with_shape_guards(
+            [g for g in bound if not (g.is_static() and g.holds({}))]
+        )
+    return special, changed
 
 
 def specialize_graph(graph: ModelGraph, sizes: Mapping[str, int]) -> ModelGraph:
