@@ -433,3 +433,53 @@ def test_warnings_point_at_the_callers_line():
     with pytest.warns(CaptureWarning) as record:
         g(rand(2))
     assert record[0].filename == __file__
+
+
+# -- issue 10: memory bounds, least recently used, a scalar where an array was captured ------
+
+
+def test_history_keeps_a_bounded_window_across_resets():
+    from kiln.capture.compiled import HISTORY_LIMIT
+
+    f = kiln.compile(lambda x: x + 1.0)
+    for _ in range(HISTORY_LIMIT + 50):
+        f(rand(2))
+        f.reset()
+    history = f.history
+    assert len(history) == HISTORY_LIMIT == 256
+    assert history[-1].kind == "reset" and history[-2].kind == "first"
+
+
+def test_cache_bytes_count_a_shared_closure_array_once():
+    w = rand(256, 256)  # 256 KiB, read by every capture
+    f = kiln.compile(lambda x, k: x @ w + k)
+    for k in range(4):  # four captures (a static value each time)
+        assert_close(f(rand(2, 256), float(k)), rand(2, 256) @ w + float(k), rtol=1e-5)
+    info = f.cache_info()
+    assert info.entries >= 2
+    assert w.nbytes <= info.bytes < w.nbytes + 4096  # not once per entry
+
+
+def test_the_least_recently_used_capture_is_dropped_first():
+    target = Counted(lambda x, n: x + n)
+    f = kiln.compile(target)
+    x = rand(2)
+    for n in range(8):
+        f(x, n)
+    f(x, 0)  # used again: now the most recently used
+    calls = target.calls
+    f(x, 8)  # a ninth capture drops the least recently used: n=1, not n=0
+    assert f.cache_info().entries == 8 and target.calls == calls + 1
+    assert_close(f(x, 0), x + 0)
+    assert target.calls == calls + 1  # n=0 still replays
+    with pytest.warns(RecaptureWarning):  # n=1 was dropped: it misses (past the budget now)
+        assert_close(f(x, 1), x + 1)
+    assert target.calls == calls + 2
+
+
+def test_a_python_scalar_where_an_array_was_captured_works_like_numpy():
+    f = kiln.compile(lambda x: x * 2)
+    assert_close(f(np.ones(3)), np.full(3, 2.0))
+    assert f(3) == 6  # NumPy accepts it, so kiln does (it raised AttributeError)
+    assert f.history[-1].kind == "structure" and f.history[-1].path == "x"
+    assert_close(f(np.ones(3)), np.full(3, 2.0))

@@ -247,3 +247,53 @@ def test_within_budget_keeps_the_decision_and_past_it_falls_back():
     assert "re-captured 2 times" in event.message and "Last change: n changed." in event.message
     assert event.message.endswith("Recent causes: n went to 1; n went to 2")
     assert "dynamic=True" in event.message
+
+
+def test_within_budget_reads_a_bounded_history_deque():
+    from collections import deque
+
+    policy = RecapturePolicy("f", ["x"], budget=1)
+    history = deque([CaptureEvent(2, "static value", message="n went to 1")], maxlen=4)
+    decision = policy.within_budget(Decision(CaptureEvent(3, "rank")), spent=1, history=history)
+    assert decision.event.message.endswith("Recent causes: n went to 1")
+
+
+# -- an array where a static value was captured, and back -------------------------------------
+
+
+def test_a_python_scalar_where_an_array_was_captured_is_a_new_structure():
+    # f(np.ones(3)) then f(3): NumPy accepts both, so the change is a new structure (it raised
+    # AttributeError: 'int' object has no attribute 'dtype').
+    policy = RecapturePolicy("f", ["x"])
+    before = captured(call(np.ones(3)), ["x"])
+    decision = policy.changed(4, call(3), before, [before])
+    event = decision.event
+    assert decision.captures and (event.call, event.kind, event.path) == (4, "structure", "x")
+    assert event.message == (
+        "input 'x' was an array (float64, rank 1) and is now a static int (3): "
+        "a new input structure"
+    )
+
+
+def test_an_array_where_a_static_value_was_captured_is_a_new_structure():
+    policy = RecapturePolicy("f", ["x", "n"])
+    before = captured(call(np.ones(2, f32), 2.5), ["x"])
+    event = policy.changed(5, call(np.ones(2, f32), np.ones(3)), before, [before]).event
+    assert (event.kind, event.path) == ("structure", "n")
+    assert event.message == (
+        "input 'n' was a static float (2.5) and is now an array (float64, rank 1): "
+        "a new input structure"
+    )
+
+
+def test_static_dtype_and_type_leaves_and_arrays_have_distinct_keys():
+    # np.dtype("int64") == int holds: the key parts must not rely on it.
+    keys = {
+        call(np.dtype("int64")).key,
+        call(int).key,
+        call(np.int64).key,
+        call(np.ones(1, np.int64)).key,
+        call(1).key,
+    }
+    assert len(keys) == 5
+    assert call(np.ones(1, np.int64)).key != call(1).key  # equal parts once compared equal

@@ -108,3 +108,25 @@ def test_rules_that_undo_each_other_raise_instead_of_looping():
 def test_a_pattern_needs_an_operator_at_its_root():
     with pytest.raises(ValueError, match="operator"):
         rewrite_with_rules(traced(lambda x: x + 1, np.ones(2, f32)), [Rule(X, keep("x"))], OPTIONS)
+
+
+def test_two_outputs_replaced_by_one_new_value_stay_in_topological_order():
+    # issue 10 item 6: v = (b - 1.5) ** 2; return v * 1, v. Pow(v, 2) -> Mul(v, v) makes a new
+    # value that replaces both outputs: one output renames it, the other copies it, and the
+    # copy must read the renamed value.
+    rules = [
+        Rule(op("Pow", X, const(2.0)), lambda m, b, o: b.op("Mul", m["x"], m["x"])),  # x**2 -> x*x
+        Rule(op("Mul", X, const(1.0)), keep("x")),  # x * 1 -> x
+    ]
+
+    def target(b):
+        v = np.power(b - 1.5, 2)  # a Pow node (b ** 2 is np.square, a Mul, as ndarray's)
+        return v * 1.0, v
+
+    g = traced(target, np.ones(3))
+    out, n = rewrite_with_rules(g, rules, OPTIONS)
+    out.verify()
+    assert n >= 2 and out.output_names == g.output_names
+    b = np.array([0.0, 1.5, -2.0])
+    for got in run(out, b):
+        assert_close(got, (b - 1.5) ** 2)

@@ -5,7 +5,12 @@ serves the call's result and records the graph at the same time. Later calls wit
 the finalized graph; the graph's own input check is the shape guard. A call whose shapes drift
 from a static capture is served eagerly while it records again with the drifted axes dynamic.
 A small budget of re-captures protects the user: past it the function serves eagerly until
-:meth:`CompiledFunction.reset`.
+:meth:`CompiledFunction.reset`. A failure of kiln's own after the target ran never loses the
+call: the eager result is returned and that structure serves eagerly, with one warning.
+
+Concurrent calls are safe: capture decisions are taken under a lock, reserving the key and the
+budget, so the budget and one capture per key are exact; a call of a key that another thread is
+capturing is served eagerly.
 
 The structure key is the input pytree structure, the static (non-tensor) leaves' values, and
 each tensor leaf's dtype and rank (and its shape too with ``dynamic=False``). Everything that can
@@ -31,7 +36,7 @@ import functools
 import itertools
 import threading
 import warnings
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -43,17 +48,18 @@ from ..errors import CaptureWarning, RecaptureWarning, StateError
 from ..ir.graph import ModelGraph
 from ..ops.dispatch import current_handler
 from ..source import user_stacklevel
-from ..spec import TensorSpec
+from ..spec import TensorSpec, check_dynamic_axes, check_signature
 from ..tensor import Tensor
 from .policy import CaptureEvent, Decision, RecapturePolicy
 from .recorder import CaptureOptions, record_capture
-from .replay import Capture, GuardMiss, ReplayMiss, ShapeDrift
+from .replay import Capture, GuardMiss, ReplayMiss, ShapeDrift, held_bytes
 from .signature import CallSignature, positional_arrays
 from .trace import _parameter_names
 
 __all__ = ["CompiledFunction", "State", "CaptureEvent", "CacheInfo", "compile", "explain"]
 
 MAX_ENTRIES = 8  # captures kept per function, least recently used dropped first
+HISTORY_LIMIT = 256  # events kept in ``history``, oldest dropped first (reset() keeps them)
 
 
 class State(enum.Enum):
@@ -112,9 +118,8 @@ class CompiledFunction:
             raise TypeError(f"kiln.compile needs a callable, got {type(target).__name__}")
         if dynamic not in (None, True, False):
             raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
-        for spec in signature:
-            if not isinstance(spec, TensorSpec):
-                raise TypeError(f"signature entries must be kiln.TensorSpec, got {spec!r}")
+        signature = check_signature(signature, "kiln.compile") or ()  # None: no signature
+        dynamic_axes = check_dynamic_axes(dynamic_axes, "kiln.compile")
         name = graph_name or str(getattr(target, "__name__", "compiled"))
         if name == "<lambda>":
             name = "lambda"
@@ -137,13 +142,16 @@ class CompiledFunction:
         functools.update_wrapper(self, target, updated=())
         self._lock = threading.RLock()
         self._calls = itertools.count(1)
-        self._history: list[CaptureEvent] = []
+        self._history: deque[CaptureEvent] = deque(maxlen=HISTORY_LIMIT)
+        self._generation = 0  # counts resets: a capture begun before one is not kept
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self._entries: OrderedDict[Hashable, Capture] = OrderedDict()
+        self._generation += 1
+        self._entries: dict[Hashable, Capture] = {}
         # For calls with positional arrays only: their (dtype, rank) tuple -> the entry's key.
         self._flat: dict[Hashable, Hashable] = {}
+        # Keys being captured now: one capture per key at a time (see _reserve).
         self._capturing: set[Hashable] = set()
         self._current: Capture | None = None
         self._capture_count = 0
@@ -190,23 +198,26 @@ class CompiledFunction:
 
     @property
     def history(self) -> list[CaptureEvent]:
-        """Every capture and fall back so far, oldest first."""
-        return list(self._history)
+        """The captures and fall backs, oldest first: the last ``HISTORY_LIMIT`` (256) events,
+        across :meth:`reset` (which is an event too)."""
+        with self._lock:
+            return list(self._history)
 
     @property
     def captures(self) -> list[CaptureEvent]:
-        """The events that made a capture (first and re-captures)."""
-        kinds = {"budget", "abandoned", "take_graph", "reset", "pinned"}
-        return [e for e in self._history if e.kind not in kinds]
+        """The events that made a capture (first and re-captures), within :attr:`history`."""
+        kinds = {"budget", "abandoned", "failed", "take_graph", "reset", "pinned"}
+        return [e for e in self.history if e.kind not in kinds]
 
     def cache_info(self) -> CacheInfo:
-        """Entries and bytes held, and the capture counters."""
+        """Entries and bytes held (each buffer once, however many captures share it: a closure
+        array several graphs read), and the capture counters."""
         with self._lock:
             entries = list(self._entries.values())
         return CacheInfo(
             entries=len(entries),
             max_entries=MAX_ENTRIES,
-            bytes=sum(e.nbytes for e in entries),
+            bytes=held_bytes(b for e in entries for b in e.buffers),
             captures=self._capture_count,
             recaptures=self._recapture_count,
             state=self.state,
@@ -228,7 +239,7 @@ class CompiledFunction:
                     "take_graph(): nothing has been captured yet; call the function once first"
                 )
             if state is State.Fallback:
-                why = self._fallback or (self._current.eager_reason if self._current else None)
+                why = self._fallback or (self._current.eager_why if self._current else None)
                 raise StateError(
                     f"take_graph(): the function is serving eagerly ({why}), so there is no "
                     "graph to take; call reset() and call the function again"
@@ -266,7 +277,8 @@ class CompiledFunction:
             capture = self._lookup(signature)
             if capture is None:
                 return self._miss(call, signature)
-            if capture.replay is None:
+            if capture.replay is None:  # a structure served eagerly
+                capture.last_used = call
                 return self._eager(args, kwargs)
             arrays = signature.arrays
         try:
@@ -275,9 +287,25 @@ class CompiledFunction:
             miss = exc.with_traceback(None)  # it outlives this block: hold no frame
         else:
             self._current = capture
+            capture.last_used = call
             return result
         if signature is None:
             signature = CallSignature(args, kwargs, self._with_shapes)
+        return self._replay_missed(call, capture, miss, signature)
+
+    def _serve(self, call: int, capture: Capture, signature: CallSignature) -> Any:
+        """Serve the call from ``capture``, found after a miss (another thread made it)."""
+        if capture.replay is None:
+            capture.last_used = call
+            return self._eager(signature.args, signature.kwargs)
+        try:
+            result = capture.replay.serve(signature.arrays)
+        except ReplayMiss as exc:
+            miss = exc.with_traceback(None)
+        else:
+            self._current = capture
+            capture.last_used = call
+            return result
         return self._replay_missed(call, capture, miss, signature)
 
     def _lookup(self, signature: CallSignature) -> Capture | None:
@@ -303,37 +331,65 @@ class CompiledFunction:
         return self._target(*lifted_args, **lifted_kwargs)
 
     # -- capture decisions ----------------------------------------------------------------
+    #
+    # Every decision is taken under the lock, from the state as it is then: a call that missed
+    # first looks again (another thread may have captured its key meanwhile), and a decision to
+    # capture reserves its key and its share of the budget before the lock is released. The
+    # capture itself (running the target) runs outside the lock; a concurrent call of a key
+    # being captured is served eagerly, without capturing and without waiting.
 
     def _miss(self, call: int, signature: CallSignature) -> Any:
         """A call with a key not in the cache: the first capture, or a re-capture."""
-        previous = self._current
-        if previous is None and not self._capture_count:
-            return self._capture(signature, self._policy.first(call))
         with self._lock:
-            cached = [c.inputs for c in self._entries.values()]
-        decision = self._policy.changed(
-            call, signature, None if previous is None else previous.inputs, cached
-        )
-        return self._recapture(signature, decision)
+            entry = self._entries.get(signature.key)
+            if entry is None:
+                previous = self._current
+                if previous is None and not self._capture_count:
+                    decision = self._policy.first(call)
+                else:
+                    cached = [c.inputs for c in self._entries.values()]
+                    decision = self._policy.changed(
+                        call, signature, None if previous is None else previous.inputs, cached
+                    )
+                reserved = self._reserve(signature, decision)
+        if entry is not None:  # another thread captured this key since the call looked
+            return self._serve(call, entry, signature)
+        return self._capture(signature, reserved)
 
     def _replay_missed(
         self, call: int, capture: Capture, miss: ReplayMiss, signature: CallSignature
     ) -> Any:
         """A replay that could not serve the call: its shapes drifted or a value guard failed."""
-        if isinstance(miss, ShapeDrift):
-            decision = self._policy.drifted(call, capture.inputs, signature.arrays, miss.mismatch)
-        else:
-            assert isinstance(miss, GuardMiss)
-            guard = miss.guard
-            decision = self._policy.guard_missed(
-                call, capture.inputs, guard.where, guard.expected, miss.got
-            )
-        return self._recapture(signature, decision)
-
-    def _recapture(self, signature: CallSignature, decision: Decision) -> Any:
-        """Capture as ``decision`` says, unless the re-capture budget is spent: then fall back
-        (with one warning) and serve this call and every later one eagerly."""
         with self._lock:
+            entry = self._entries.get(signature.key)
+            if entry is capture:
+                if isinstance(miss, ShapeDrift):
+                    decision = self._policy.drifted(
+                        call, capture.inputs, signature.arrays, miss.mismatch
+                    )
+                else:
+                    assert isinstance(miss, GuardMiss)
+                    guard = miss.guard
+                    decision = self._policy.guard_missed(
+                        call, capture.inputs, guard.where, guard.expected, miss.got
+                    )
+                reserved = self._reserve(signature, decision)
+        if entry is None:  # dropped since the call looked
+            return self._miss(call, signature)
+        if entry is not capture:  # captured again by another thread: try the new capture
+            return self._serve(call, entry, signature)
+        return self._capture(signature, reserved)
+
+    def _reserve(self, signature: CallSignature, decision: Decision) -> _Reservation | None:
+        """Under the lock: take ``decision`` if the call may capture (its key is not being
+        captured, the function is not falling back, the budget allows it), counting the
+        capture now so that concurrent calls see it; None to serve the call eagerly. Past the
+        budget, fall back with one warning."""
+        key = signature.key
+        if key in self._capturing or self._fallback is not None:
+            return None
+        recapture = decision.event.kind != "first"
+        if recapture:
             decision = self._policy.within_budget(decision, self._recapture_count, self._history)
             if not decision.captures:
                 self._fallback = decision.fall_back
@@ -341,42 +397,59 @@ class CompiledFunction:
                 warnings.warn(
                     decision.event.message, RecaptureWarning, stacklevel=user_stacklevel()
                 )
-                return self._eager(signature.args, signature.kwargs)
-        return self._capture(signature, decision)
+                return None
+            self._recapture_count += 1
+        self._capture_count += 1
+        self._capturing.add(key)
+        return _Reservation(decision, recapture, self._generation)
 
     # -- capturing ------------------------------------------------------------------------
 
-    def _capture(self, signature: CallSignature, decision: Decision) -> Any:
-        """Serve the call while recording it (once per key at a time), and keep the capture."""
+    def _capture(self, signature: CallSignature, reserved: _Reservation | None) -> Any:
+        """Serve the call while recording it as ``reserved`` says, and keep the capture; serve
+        it eagerly without capturing when nothing was reserved."""
+        if reserved is None:
+            return self._eager(signature.args, signature.kwargs)
         key = signature.key
-        with self._lock:
-            if key in self._capturing:  # another thread is capturing this key: serve eagerly
-                return self._eager(signature.args, signature.kwargs)
-            self._capturing.add(key)
         try:
-            result, capture = record_capture(self._target, signature, self._options, decision.drift)
-        finally:
+            result, capture = record_capture(
+                self._target, signature, self._options, reserved.decision.drift
+            )
+        except BaseException:
+            # The target's own exception (or a user error the capture found): give back what
+            # was reserved, so the state is as it was.
             with self._lock:
-                self._capturing.discard(key)
+                if reserved.generation == self._generation:
+                    self._capturing.discard(key)
+                    self._capture_count -= 1
+                    self._recapture_count -= reserved.recapture
+            raise
         with self._lock:
-            self._keep(signature, capture, recaptured=decision.event.kind != "first")
-            self._note(decision.event, capture)
+            if reserved.generation == self._generation:  # no reset() meanwhile
+                self._capturing.discard(key)
+                capture.last_used = reserved.decision.event.call
+                self._keep(signature, capture)
+                self._note(reserved.decision.event, capture)
         return result
 
-    def _keep(self, signature: CallSignature, capture: Capture, recaptured: bool) -> None:
-        """Put ``capture`` in the cache (dropping the least recently captured past
+    def _keep(self, signature: CallSignature, capture: Capture) -> None:
+        """Put ``capture`` in the cache (dropping the least recently used entry past
         ``MAX_ENTRIES``) and make it the current one."""
-        if recaptured:
-            self._recapture_count += 1
-        self._capture_count += 1
         key = signature.key
         self._entries[key] = capture
-        self._entries.move_to_end(key)
-        flat = None if signature.kwargs else positional_arrays(signature.args, self._with_shapes)
+        flat = (
+            None
+            if signature.kwargs
+            else positional_arrays(signature.native_args, self._with_shapes)
+        )
         if flat is not None:
             self._flat[flat[1]] = key
         while len(self._entries) > MAX_ENTRIES:
-            self._entries.popitem(last=False)
+            entries = self._entries
+            oldest = min(entries, key=lambda k: entries[k].last_used)
+            del entries[oldest]
+            # Rebuilt, not changed in place: the replay path reads it without the lock.
+            self._flat = {f: k for f, k in self._flat.items() if k != oldest}
         self._current = capture
 
     def _note(self, event: CaptureEvent, capture: Capture) -> None:
@@ -392,9 +465,30 @@ class CompiledFunction:
                 "eagerly (use fullgraph=True to make this an error)"
             )
             self._history.append(CaptureEvent(event.call, "abandoned", message=message))
-            if message not in self._warned:
-                self._warned.add(message)
-                warnings.warn(message, CaptureWarning, stacklevel=user_stacklevel())
+            self._warn_once(message)
+        if capture.failure is not None:
+            message = (
+                f"kiln.compile({self._options.graph_name}): kiln failed after the target ran: "
+                f"{capture.failure}. The call returned the eager result, and calls with this "
+                "input structure are served eagerly (as a fall back) until reset(). This is "
+                "a kiln bug: please report it with this message"
+            )
+            self._history.append(CaptureEvent(event.call, "failed", message=message))
+            self._warn_once(message)
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, CaptureWarning, stacklevel=user_stacklevel())
+
+
+class _Reservation(NamedTuple):
+    """A capture the lock granted: the decision, whether it spends the re-capture budget, and
+    the reset generation it belongs to."""
+
+    decision: Decision
+    recapture: bool
+    generation: int
 
 
 def compile(  # noqa: A001 - the public name, as torch.compile

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputMismatchError
+from ..exec.inputs import ShapeGuardError
 from ..tree import path_name
 from .signature import CallSignature, CapturedInputs, DriftAxes, input_name
 from .traced import same_static
@@ -44,8 +45,10 @@ class CaptureEvent:
     Attributes:
         call: The call number (1 is the first call) that caused it.
         kind: ``first``, ``structure``, ``static value``, ``dtype``, ``rank``, ``new shape``,
-            ``shape drift``, ``value guard``, ``abandoned`` (served eagerly), ``pinned`` (an
-            operation fixed a dynamic size), ``budget``, ``take_graph`` or ``reset``.
+            ``shape drift``, ``shape guard`` (the sizes give another branch), ``value guard``,
+            ``abandoned`` (served eagerly), ``failed`` (kiln failed after the target ran: served
+            eagerly), ``pinned`` (an operation fixed a dynamic size), ``budget``, ``take_graph``
+            or ``reset``.
         path: The input path or name concerned, when there is one.
         old: The value before (a size, a dtype, a static value), when there is one.
         new: The value now.
@@ -175,6 +178,11 @@ class RecapturePolicy:
                 sizes are the user's contract) or when no axis drifted (a size the user named
                 was broken).
         """
+        if isinstance(mismatch, ShapeGuardError):  # the sizes give another branch
+            guard, sizes = mismatch.guard, mismatch.sizes
+            message = f"the sizes {sizes} break the shape guard {guard} ({guard.where})"
+            event = CaptureEvent(call, "shape guard", guard.where, str(guard), sizes, (), message)
+            return Decision(event, dict(previous.drift))
         if self.signature_size is not None:
             raise mismatch
         drift, made, first = self._drift_static_axes(previous, arrays)
@@ -220,7 +228,7 @@ class RecapturePolicy:
         if spent < self.budget:
             return decision
         last = decision.event
-        recent = [e.message or e.kind for e in history[-self.budget :] if e.kind != "first"]
+        recent = [e.message or e.kind for e in list(history)[-self.budget :] if e.kind != "first"]
         message = (
             f"kiln.compile({self.graph_name}) re-captured {spent} times, its budget, "
             f"and now serves every call eagerly until reset(). Last change: {last.message}. "
@@ -240,15 +248,41 @@ class RecapturePolicy:
             return CaptureEvent(call, "structure", message="a new input structure")
         spec = signature.treespec
         positions = signature.tensor_positions
-        if spec != previous.treespec or positions != previous.tensor_positions:
+        if spec != previous.treespec:
             return CaptureEvent(call, "structure", message=f"the input structure changed to {spec}")
         paths = signature.paths
+        if positions != previous.tensor_positions:
+            return self._kind_change(call, signature, previous, paths)
         event = self._static_change(call, signature, previous, paths)
         if event is None:
             event = self._tensor_change(call, signature, previous, paths)
         if event is None:
             event = CaptureEvent(call, "structure", message=f"the input structure is now {spec}")
         return event
+
+    def _kind_change(
+        self,
+        call: int,
+        signature: CallSignature,
+        previous: CapturedInputs,
+        paths: Sequence[tuple[Any, ...]],
+    ) -> CaptureEvent:
+        """The first input that was an array and is now a static value (``f(3)`` after
+        ``f(np.ones(3))``), or the other way round."""
+        before, now = set(previous.tensor_positions), set(signature.tensor_positions)
+        i = min(before ^ now)
+        name = input_name(paths[i], self.parameter_names)
+        leaf = signature.leaves[i]
+        if i in now:
+            was = previous.static_leaves[sum(1 for p in range(i) if p not in before)]
+            old = f"a static {type(was).__name__} ({was!r})"
+            new = f"an array ({leaf.dtype}, rank {leaf.ndim})"
+        else:
+            k = previous.tensor_positions.index(i)
+            old = f"an array ({previous.dtypes[k]}, rank {len(previous.shapes[k])})"
+            new = f"a static {type(leaf).__name__} ({leaf!r})"
+        message = f"input {name!r} was {old} and is now {new}: a new input structure"
+        return CaptureEvent(call, "structure", name, old, new, message=message)
 
     def _static_change(
         self,
@@ -349,9 +383,14 @@ class RecapturePolicy:
 def _closest(signature: CallSignature, cached: Sequence[CapturedInputs]) -> CapturedInputs | None:
     """The most recent of ``cached`` with the call's structure, preferring one whose dtypes
     equal the call's."""
-    same = [c for c in reversed(cached) if c.treespec == signature.treespec]
+    positions = signature.tensor_positions
+    same = [
+        c
+        for c in reversed(cached)
+        if c.treespec == signature.treespec and c.tensor_positions == positions
+    ]
     for captured in same:
-        given = [signature.leaves[i].dtype for i in captured.tensor_positions]
+        given = [getattr(signature.leaves[i], "dtype", None) for i in captured.tensor_positions]
         if given == list(captured.dtypes):
             return captured
     return same[0] if same else None

@@ -4,14 +4,18 @@
 result and records the graph at the same time. Scalar host reads (``bool(t)``, ``t.item()``)
 become value guards, extra graph outputs the replay checks; anything else the tracer cannot
 record abandons the capture, so the structure serves eagerly (or, with ``fullgraph=True``,
-raises :class:`~kiln.errors.CaptureError`). A recorded graph is optimized, placed and finalized
-here, and everything the replay can decide ahead of time (the runner, the static-shape shortcut,
-how to rebuild the result) goes into its frozen :class:`~kiln.capture.replay.Replay`.
+raises :class:`~kiln.errors.CaptureError`). A failure of kiln's own after the target ran
+(optimizing, finalizing, planning) serves the structure eagerly too: the call keeps its
+result. A recorded graph is optimized, placed and finalized here, and everything the replay
+can decide ahead of time (the runner, the static-shape shortcut, how to rebuild the result)
+goes into its frozen :class:`~kiln.capture.replay.Replay`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,9 +23,10 @@ import numpy as np
 import optree
 
 from ..device import Device, Stream
-from ..errors import CaptureError, InputMismatchError
+from ..errors import CaptureError, CaptureWarning, InputMismatchError
 from ..ir.graph import Executable, ModelGraph, Value
-from ..source import user_source
+from ..runtime import selection_reference
+from ..source import user_source, user_stacklevel
 from ..spec import TensorSpec
 from ..symbolic import SymDim
 from ..tensor import Tensor
@@ -102,6 +107,11 @@ def record_capture(
     """Run ``target`` on the call of ``signature`` while recording it, with the ``drift`` axes
     dynamic; return the call's result (plain tensors) and the capture.
 
+    Once the target has run, a failure of kiln's own (recording the graph, optimizing,
+    finalizing, choosing an engine, planning) never loses the call: the result is returned with
+    a capture that serves the structure eagerly, its ``failure`` naming the stage, the
+    exception and the input structure. The target's own exceptions propagate unchanged.
+
     Raises:
         CaptureError: ``fullgraph=True`` and the target does something that cannot be recorded.
         InputMismatchError: The call does not fit the options' signature, or ``output_names``
@@ -128,13 +138,52 @@ def record_capture(
                 f"{options.graph_name} returns {len(tensors)} tensor(s)"
             )
         names = list(options.output_names)
-    graph = _finish_graph(tracer, tensors, names, options.graph_name)
-    replay = _finalize(graph, options, outputs, len(tensors), _value_guards(tracer, len(tensors)))
-    inputs = replace(inputs, shapes=tuple(v.shape for v in graph.input_values))
-    nbytes = sum(c.data.nbytes for c in graph.constants)
-    nbytes += sum(guard.expected.nbytes for guard in replay.guards)
-    pins = tuple(message for _, _, message in tracer.pins)
-    return served, Capture(inputs, graph, replay, pins=pins, nbytes=nbytes)
+    # The target has run: from here on a failure is kiln's, and it must not lose the call.
+    try:
+        with _stage("recording the graph"):
+            graph = _finish_graph(tracer, tensors, names, options.graph_name)
+            guards = _value_guards(tracer, len(tensors))
+            # [issue 10, engine choice] call 1's inputs and eager outputs: the automatic engine
+            # selection keeps only engines that reproduce them (kiln.runtime.selection_reference).
+            reference = (
+                [np.asarray(leaves[s.index]) for s in slots],
+                [np.asarray(t._data) for t in tensors] + [np.asarray(g.expected) for g in guards],
+            )
+        replay = _finalize(graph, options, outputs, len(tensors), guards, reference)
+        with _stage("preparing the replay"):
+            inputs = replace(inputs, shapes=tuple(v.shape for v in graph.input_values))
+            buffers = (*(c.data for c in graph.constants), *(g.expected for g in replay.guards))
+            pins = tuple(message for _, _, message in tracer.pins)
+    except _StageFailed as failed:
+        return served, Capture(inputs, failure=failed.describe(slots))
+    return served, Capture(inputs, graph, replay, pins=pins, buffers=buffers)
+
+
+class _StageFailed(Exception):
+    """Kiln failed at ``stage`` of a capture, after the target ran (internal: the capture then
+    serves its structure eagerly)."""
+
+    def __init__(self, stage: str, cause: Exception) -> None:
+        super().__init__(f"{stage}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+    def describe(self, slots: Sequence[InputSlot]) -> str:
+        """The stage, the exception and the input structure, for the warning and history."""
+        structure = ", ".join(f"{s.name}: {s.type}" for s in slots) or "no tensor inputs"
+        cause = self.cause
+        return f"{self.stage} failed with {type(cause).__name__}: {cause} (inputs {structure})"
+
+
+@contextmanager
+def _stage(stage: str) -> Iterator[None]:
+    """Name the capture stage an exception of the block comes from (:class:`_StageFailed`)."""
+    try:
+        yield
+    except _StageFailed:
+        raise
+    except Exception as exc:
+        raise _StageFailed(stage, exc) from exc
 
 
 def _plan_slots(
@@ -198,14 +247,36 @@ def _finalize(
     outputs: _Outputs,
     n_outputs: int,
     guards: tuple[ValueGuard, ...],
+    reference: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
 ) -> Replay:
-    """Optimize, place and finalize ``graph``; the replay of the finalized graph."""
+    """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
+    is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
     dynamic = any(isinstance(d, SymDim) for v in graph.input_values for d in v.shape)
     if options.optimize:
-        graph.optimize(None if options.specialize is not False else _generic_pipeline())
+        with _stage("optimizing the graph"):
+            graph.optimize(None if options.specialize is not False else _generic_pipeline())
     if options.place is not None:
-        graph.to(options.place)
-    graph.finalize()
+        with _stage("placing the graph"):
+            graph.to(options.place)
+    with _stage("finalizing the graph (engine selection and planning)"):
+        if reference is None:
+            graph.finalize()
+        else:
+            with selection_reference(*reference):
+                graph.finalize()
+    with _stage("preparing the replay"):
+        return _replay(graph, options, outputs, n_outputs, guards, dynamic)
+
+
+def _replay(
+    graph: ModelGraph,
+    options: CaptureOptions,
+    outputs: _Outputs,
+    n_outputs: int,
+    guards: tuple[ValueGuard, ...],
+    dynamic: bool,
+) -> Replay:
+    """The replay of the finalized ``graph``: everything decided ahead of the calls."""
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
@@ -273,12 +344,22 @@ def _specializing_runner(graph: ModelGraph, optimize: bool) -> Runner:
         shapes = tuple(a.shape for a in arrays)
         program = programs.get(shapes)
         if program is None:
-            special = specialize_graph(graph, generic.bindings(arrays))
-            if optimize:
-                special.optimize()
-            special.finalize()
-            program = special.program
-            assert program is not None
+            try:
+                special = specialize_graph(graph, generic.bindings(arrays))
+                if optimize:
+                    special.optimize()
+                special.finalize()
+                program = special.program
+                assert program is not None
+            except Exception as exc:  # kiln's failure: the generic plan serves these shapes
+                program = generic
+                warnings.warn(
+                    f"kiln.compile({graph.name}): specializing the graph to the input shapes "
+                    f"{list(shapes)} failed with {type(exc).__name__}: {exc}; calls with these "
+                    "shapes run the generic graph",
+                    CaptureWarning,
+                    stacklevel=user_stacklevel(),
+                )
             if len(programs) < MAX_SPECIALIZATIONS:
                 programs[shapes] = program
         return program.run_arrays(arrays)

@@ -2,9 +2,9 @@
 
 A :class:`Capture` is one cache entry: the inputs it was recorded against, its finalized graph,
 and the :class:`Replay` that serves calls from that graph (or, for a structure the tracer could
-not record, the reason it serves eagerly). Both are frozen: a capture is made once, by
+not record or kiln failed to finalize, the reason it serves eagerly). A capture is made once, by
 :func:`kiln.capture.recorder.record_capture`, and replaced as a whole when the function captures
-again.
+again; the replay is frozen.
 
 :meth:`Replay.serve` is the whole replay path: the shape guard, the plan's run, the value guards
 and the rebuilt result. When it cannot serve a call it raises a :class:`ReplayMiss` saying why
@@ -14,7 +14,7 @@ re-capture decision.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,7 +26,21 @@ from ..tensor import Tensor
 from .signature import CapturedInputs
 from .traced import _Outputs
 
-__all__ = ["Capture", "Replay", "ValueGuard", "ReplayMiss", "ShapeDrift", "GuardMiss", "Runner"]
+try:
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # NumPy 1
+    from numpy import byte_bounds  # type: ignore[attr-defined,no-redef]
+
+__all__ = [
+    "Capture",
+    "held_bytes",
+    "Replay",
+    "ValueGuard",
+    "ReplayMiss",
+    "ShapeDrift",
+    "GuardMiss",
+    "Runner",
+]
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
@@ -120,22 +134,67 @@ class Replay:
         return self.outputs.rebuild([Tensor._wrap(a) for a in outs[: self.n_outputs]])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Capture:
-    """One cache entry of a compiled function.
+    """One cache entry of a compiled function. Made once and replaced as a whole; only its
+    ``last_used`` stamp changes, which the replay writes (the cache drops the least recently
+    used entry first).
 
     Attributes:
         inputs: What the capture was recorded against (what explains the next change).
         graph: The finalized graph; None when the structure serves eagerly.
         replay: What serves calls from the graph; None when the structure serves eagerly.
-        eager_reason: Why the structure serves eagerly (what the tracer could not record).
+        eager_reason: Why the structure serves eagerly: what the tracer could not record.
+        failure: Why the structure serves eagerly: kiln itself failed after the target ran
+            (optimizing, finalizing, planning), with the stage and the exception.
         pins: Why an operation fixed a dynamic size to one value, one message each.
-        nbytes: The bytes held: the graph's constants and the guards' expected values.
+        buffers: The arrays held: the graph's constants and the guards' expected values.
+        last_used: The number of the last call this entry served (or captured).
     """
 
     inputs: CapturedInputs
     graph: ModelGraph | None = None
     replay: Replay | None = None
     eager_reason: str | None = None
+    failure: str | None = None
     pins: tuple[str, ...] = ()
-    nbytes: int = 0
+    buffers: tuple[np.ndarray, ...] = ()
+    last_used: int = 0
+
+    @property
+    def eager_why(self) -> str | None:
+        """Why the structure serves eagerly (None when a graph serves it)."""
+        return self.eager_reason or self.failure
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes this entry holds, each buffer counted once (see :func:`held_bytes`)."""
+        return held_bytes(self.buffers)
+
+
+def held_bytes(arrays: Iterable[np.ndarray]) -> int:
+    """The bytes of memory ``arrays`` keep alive, each byte counted once: an array held by
+    several captures, or several views of one buffer (a closure array and its slices), count
+    as the one buffer they share.
+
+    Each array stands for the whole buffer it views (its base, which it keeps alive); the
+    buffers' address ranges are merged, so overlapping ones count once.
+
+    Example:
+        >>> w = np.zeros(1000)
+        >>> held_bytes([w, w[10:], w.reshape(10, 100), np.zeros(10)])
+        8080
+    """
+    spans = []
+    for array in arrays:
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if root.nbytes:
+            spans.append(byte_bounds(root))
+    total, end = 0, 0
+    for low, high in sorted(spans):
+        if high > max(low, end):
+            total += high - max(low, end)
+            end = high
+    return total

@@ -3,11 +3,12 @@ no output needs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
 
 from .graph import ModelGraph, Node, Value
 
-__all__ = ["substitute", "substitute_node", "uses", "remove_unused"]
+__all__ = ["substitute", "substitute_node", "uses", "remove_unused", "topological_order"]
 
 
 def substitute_node(node: Node, mapping: Mapping[int, Value]) -> Node:
@@ -23,6 +24,67 @@ def substitute(nodes: Iterable[Node], mapping: Mapping[int, Value]) -> list[Node
     if not mapping:
         return list(nodes)
     return [substitute_node(n, mapping) for n in nodes]
+
+
+def topological_order(nodes: Sequence[Node], defined: Iterable[Value]) -> list[Node]:
+    """``nodes`` in an order where each node follows the nodes that make its inputs, as close
+    to the given order as that allows (a node moves later only until its inputs exist).
+
+    ``defined`` are the values available before any node (graph inputs and constants). A
+    rewrite that puts a replacement node after one of its users, or replaces a value by one
+    made later, still yields a valid graph. A node whose input nothing makes (a value of
+    another graph, a rename that missed a user) cannot be placed: such nodes keep their
+    relative order at the end, where ``verify`` names them.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: (x + 1.0) * 2.0, np.ones(2, np.float32)).graph
+        >>> shuffled = list(reversed(g.nodes))
+        >>> defined = [*g.input_values, *(c.value for c in g.constants)]
+        >>> [n.op for n in topological_order(shuffled, defined)]
+        ['Add', 'Mul']
+    """
+    ready = {id(v) for v in defined}
+    i = 0  # the common case: already in order, nothing to do
+    for node in nodes:
+        if any(v is not None and id(v) not in ready for v in node.inputs):
+            break
+        ready.update(id(v) for v in node.outputs)
+        i += 1
+    else:
+        return list(nodes)
+    ordered = list(nodes[:i])
+    waiting: dict[int, list[int]] = {}  # a missing value -> positions of the nodes waiting on it
+    missing: dict[int, int] = {}  # node position -> how many of its inputs are missing
+    emitted: set[int] = set()
+
+    def emit(position: int) -> None:
+        heap = [position]  # nodes made ready, earliest first
+        while heap:
+            position = heapq.heappop(heap)
+            node = nodes[position]
+            ordered.append(node)
+            emitted.add(position)
+            for v in node.outputs:
+                if id(v) in ready:
+                    continue
+                ready.add(id(v))
+                for waiter in waiting.pop(id(v), ()):
+                    missing[waiter] -= 1
+                    if not missing[waiter]:
+                        heapq.heappush(heap, waiter)
+
+    for position in range(i, len(nodes)):
+        node = nodes[position]
+        absent = {id(v) for v in node.inputs if v is not None and id(v) not in ready}
+        if not absent:
+            emit(position)
+            continue
+        missing[position] = len(absent)
+        for key in absent:
+            waiting.setdefault(key, []).append(position)
+    ordered.extend(n for p, n in enumerate(nodes) if p >= i and p not in emitted)
+    return ordered
 
 
 def uses(nodes: Iterable[Node]) -> dict[int, int]:

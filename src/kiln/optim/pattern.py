@@ -13,7 +13,9 @@ declines by returning ``None``). Passes are lists of rules, one rule per line::
     ]
 
 :func:`rewrite_with_rules` walks the graph in topological order and replaces the first node
-each rule matches, repeats the sweep until nothing changes, and refuses to loop forever.
+each rule matches, repeats the sweep until nothing changes, and refuses to loop forever. The
+graph it returns is in topological order whatever the rules replaced
+(:func:`kiln.ir.rewrite.topological_order`).
 Every replacement must have exactly the dtype and shape of the value it replaces; graph outputs
 keep their names.
 """
@@ -29,7 +31,7 @@ import numpy as np
 from ..errors import OpArgumentError, OpTypeError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import AttrValue, Constant, ModelGraph, Node, Value
-from ..ir.rewrite import remove_unused, substitute_node
+from ..ir.rewrite import remove_unused, substitute_node, topological_order
 from ..ops.registry import COMMUTATIVE
 from .transform import DefaultsOptions
 
@@ -516,6 +518,9 @@ class _Sweep:
                 outputs.append(carrier)
             claimed.add(id(new))
         if renames:
+            # Every user of a renamed value reads the new name, the carriers of other outputs
+            # included (two outputs replaced by one value: one renames it, one copies it).
+            extra = [substitute_node(node, renames) for node in extra]
             taken = {n.name for n in nodes}
             rebuilt = []
             for node in nodes:
@@ -533,7 +538,9 @@ class _Sweep:
                 rebuilt.append(node)
             nodes = rebuilt
         constants = [*self.graph.constants, *self.new_constants]
-        return self.graph.with_body([*nodes, *extra], outputs=outputs, constants=constants)
+        defined = [*self.graph.input_values, *(c.value for c in constants)]
+        body = topological_order([*nodes, *extra], defined)
+        return self.graph.with_body(body, outputs=outputs, constants=constants)
 
 
 def _root_ops(pattern: Pattern) -> tuple[str, ...]:

@@ -40,7 +40,27 @@ from .transform import DefaultsOptions, OptimizeReport, Transform
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
 
-__all__ = ["default_pipeline", "run_pipeline"]
+__all__ = ["default_pipeline", "run_pipeline", "verify_every_transform"]
+
+# Check the graph after every transform even when the options do not ask for it. Off in use
+# (verify costs about as much as a pass); the test suite turns it on (tests/conftest.py), so a
+# transform that breaks the IR fails the test that ran it, naming the transform.
+_verify_always = False
+
+
+def verify_every_transform(enabled: bool = True) -> bool:
+    """Check ``graph.verify()`` before the pipeline and after every transform of every
+    :func:`run_pipeline` from now on (``enabled``), or only when ``DefaultsOptions.verify``
+    asks (not ``enabled``); returns the previous setting.
+
+    Example:
+        >>> previous = verify_every_transform(True)
+        >>> _ = verify_every_transform(previous)
+    """
+    global _verify_always
+    previous = _verify_always
+    _verify_always = bool(enabled)
+    return previous
 
 
 def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
@@ -89,6 +109,9 @@ def run_pipeline(
     for t in pipeline:
         if not isinstance(t, Transform):
             raise TypeError(f"optimize() takes kiln.optim.Transform objects, got {t!r}")
+    verify = options.verify or _verify_always
+    if verify:
+        graph.verify()  # a broken input is not the first transform's fault
     report = OptimizeReport(nodes_before=len(graph.nodes))
     start = time.perf_counter()
     current = graph
@@ -97,11 +120,13 @@ def run_pipeline(
         for t in pipeline:
             current, n = t(current, options)
             counts[t.name] = counts.get(t.name, 0) + n
-            if options.verify:
+            if verify:
                 try:
                     current.verify()
                 except GraphValidationError as exc:
-                    raise GraphValidationError(f"after transform {t.name}: {exc}") from exc
+                    raise GraphValidationError(
+                        f"the optimizer pass {t.name} left an invalid graph: {exc}"
+                    ) from exc
         report.rewrites.append(counts)
         report.iterations += 1
         if not any(counts.values()):
