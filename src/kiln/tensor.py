@@ -21,7 +21,7 @@ import numpy as np
 
 from . import dtypes
 from .device import Device, PlaceLike, as_device, cpu, require_backend
-from .errors import OpArgumentError, UnsupportedOperationError
+from .errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
 from .ops.dispatch import current_handler, run_kernel
 from .ops.folding import FOLDING_LIMITS
 from .ops.registry import OpDef, TensorType, get_op
@@ -35,6 +35,7 @@ __all__ = [
     "tensor",
     "asarray",
     "from_dlpack",
+    "plain_array",
     "dispatch",
     "call",
 ]
@@ -359,6 +360,40 @@ class Tensor:
         def dot(self, other: Any) -> Tensor: ...
 
 
+def plain_array(array: np.ndarray, where: str) -> np.ndarray:
+    """``array`` as a plain ndarray in native byte order, as kiln computes on: big-endian data
+    becomes a native copy (NumPy's results are native too), a subclass that only adds
+    storage (``np.memmap``) a view; ``np.matrix`` and masked arrays, whose operators mean
+    something else, are refused with what to pass instead.
+
+    Args:
+        array: The array.
+        where: What it is, for the message (``input 'x'``).
+
+    Raises:
+        ArgumentTypeError: for an ``np.matrix`` or a masked array.
+
+    Example:
+        >>> plain_array(np.ones(2, ">f4"), "x").dtype.isnative
+        True
+    """
+    if isinstance(array, np.ma.MaskedArray):
+        raise ArgumentTypeError(
+            f"{where} is a masked array (numpy.ma.MaskedArray); kiln computes on plain arrays "
+            "and would ignore its mask: pass m.filled(value) to replace the masked entries, "
+            "or np.asarray(m) for the data as stored"
+        )
+    if isinstance(array, np.matrix):
+        raise ArgumentTypeError(
+            f"{where} is a numpy.matrix, whose * is a matrix product and whose results stay "
+            "2-D; kiln computes with plain array semantics: pass np.asarray(m) (and use @ for "
+            "matrix products)"
+        )
+    if type(array) is not np.ndarray:
+        array = array.view(np.ndarray)
+    return _native(array)
+
+
 def _native(array: np.ndarray) -> np.ndarray:
     # Big-endian data (read from a file, say) has a supported dtype in a foreign byte order;
     # kernels and ``dtype ==`` checks expect native order, so convert (a copy) once here.
@@ -427,7 +462,19 @@ def asarray(data: Any, dtype: DTypeLike | None = None, device: PlaceLike = None)
 
 
 def from_dlpack(x: Any) -> Tensor:
-    """A tensor sharing memory with any object that implements ``__dlpack__`` (CPU only)."""
+    """A tensor sharing memory with any object that implements ``__dlpack__`` (CPU only).
+
+    Example:
+        >>> import numpy as np
+        >>> from_dlpack(np.arange(3)).tolist()
+        [0, 1, 2]
+    """
+    if not hasattr(x, "__dlpack__"):
+        raise ArgumentTypeError(
+            f"from_dlpack: 'x' must be an array that implements __dlpack__ (a NumPy array, "
+            f"a torch or jax array, a kiln Tensor), got {type(x).__name__}; for other data "
+            "use kiln.asarray"
+        )
     device_type, _ = x.__dlpack_device__() if hasattr(x, "__dlpack_device__") else (1, 0)
     if device_type != 1:
         raise UnsupportedOperationError(

@@ -44,7 +44,7 @@ def test_random_elementwise_programs(program, dtype, dynamic):
     rng = np.random.default_rng(len(steps))
     x = rng.uniform(-2, 2, shape).astype(dtype)
     y = rng.uniform(-2, 2, shape).astype(dtype)
-    axes = {"x": list(range(len(shape))), "y": list(range(len(shape)))} if dynamic else None
+    axes = {"a": list(range(len(shape))), "b": list(range(len(shape)))} if dynamic else None
     tg = kiln.trace(lambda a, b: run_program(steps, a, b), x, y, dynamic_axes=axes)
     tg.optimize()
     tg.finalize()

@@ -16,26 +16,36 @@ Example:
     >>> import numpy as np
     >>> sig = CallSignature((np.ones((2, 3), np.float32), 4), {}, with_shapes=False)
     >>> sig.key[1:]
-    ((dtype('float32'), 2), (<class 'int'>, 4))
+    ((dtype('float32'), 2), (4, <class 'int'>))
     >>> sig.tensor_positions, sig.static_leaves
     ((0,), (4,))
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import inspect
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optree
 
+from ..errors import ArgumentTypeError
+from ..spec import TensorSpec, check_dynamic_axes, check_signature
 from ..symbolic import SymDim
-from ..tensor import Tensor
+from ..tensor import Tensor, plain_array
 from ..tree import TreeSpec
-from .trace import _derive_name
+from .trace import _derive_name, _parameter_names
 
-__all__ = ["CallSignature", "CapturedInputs", "DriftAxes", "input_name", "positional_arrays"]
+__all__ = [
+    "CallSignature",
+    "CapturedInputs",
+    "DriftAxes",
+    "input_name",
+    "positional_arrays",
+    "check_trace_arguments",
+]
 
 # The axes a shape drift made dynamic: (tensor input index, axis) -> the size's name; axes that
 # drifted together from one size to another share a name.
@@ -55,13 +65,14 @@ class CallSignature:
         arrays: The array of each tensor leaf (kiln tensor or NumPy array), in order.
     """
 
-    __slots__ = ("args", "kwargs", "leaves", "treespec", "key", "arrays")
+    __slots__ = ("args", "kwargs", "leaves", "treespec", "key", "arrays", "_native")
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], with_shapes: bool) -> None:
         tree: Any = (args, kwargs)
         leaves, treespec = optree.tree_flatten(tree)
         parts: list[Any] = [treespec]
         arrays: list[np.ndarray] = []
+        native: dict[int, np.ndarray] | None = None  # id of a big-endian leaf -> native copy
         # The replay path runs this loop on every call: exact type checks, no isinstance.
         for leaf in leaves:
             cls = type(leaf)
@@ -69,11 +80,19 @@ class CallSignature:
                 data = leaf._data
             elif cls is np.ndarray:
                 data = leaf
+                if not data.dtype.isnative:  # big-endian data: a native copy, as NumPy computes
+                    native = native or {}
+                    data = native[id(leaf)] = plain_array(data, "a big-endian input")
             else:
-                parts.append((cls, leaf))
+                # (value, type): a type never equals an int or a shape, so no static part can
+                # equal an array's (dtype, rank) part (np.dtype("int64") == int holds).
+                parts.append((leaf, cls))
                 continue
             arrays.append(data)
             parts.append((data.dtype, data.shape if with_shapes else data.ndim))
+        if native is not None:
+            leaves = [native.get(id(leaf), leaf) for leaf in leaves]
+        self._native = native
         self.args = args
         self.kwargs = kwargs
         self.leaves: list[Any] = leaves
@@ -82,6 +101,16 @@ class CallSignature:
         self.arrays = arrays
 
     # -- what a miss needs, computed on demand --------------------------------------------
+
+    @property
+    def native_args(self) -> tuple[Any, ...]:
+        """The positional arguments with each big-endian array replaced by the native copy
+        the capture computes on (``args`` itself keeps the caller's arrays, for an eager
+        call), so a replay shortcut keyed on them sees the dtypes the graph takes."""
+        native = self._native
+        if native is None:
+            return self.args
+        return tuple(native.get(id(a), a) for a in self.args)
 
     @property
     def paths(self) -> list[tuple[Any, ...]]:
@@ -99,8 +128,15 @@ class CallSignature:
         return tuple(x for x in self.leaves if not isinstance(x, (Tensor, np.ndarray)))
 
     def unhashable_error(self, graph_name: str, parameter_names: Sequence[str]) -> TypeError:
-        """The error for a call whose key cannot be hashed, naming the static input at fault."""
+        """The error for a call whose key cannot be hashed, naming the static input at fault
+        (an ``np.matrix`` or masked array is not a plain array: the error says what to pass)."""
         for path, leaf in zip(self.paths, self.leaves):
+            if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
+                name = input_name(path, parameter_names)
+                try:
+                    plain_array(leaf, f"{graph_name}: input {name!r}")
+                except ArgumentTypeError as exc:
+                    return exc
             if isinstance(leaf, (Tensor, np.ndarray)):
                 continue
             try:
@@ -160,3 +196,66 @@ def positional_arrays(
         key.append(a.dtype)
         key.append(a.shape if with_shapes else a.ndim)
     return arrays, tuple(key)
+
+
+def check_trace_arguments(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    signature: Any,
+    dynamic_axes: Any,
+) -> tuple[
+    tuple[Any, ...],
+    dict[str, Any],
+    tuple[TensorSpec, ...] | None,
+    dict[Any, dict[int, str | None]] | None,
+]:
+    """``kiln.trace``'s arguments checked before anything runs: ``signature`` and
+    ``dynamic_axes`` in their forms (see :func:`kiln.spec.check_signature`), no TensorSpec
+    passed as an example input (it belongs in ``signature=``), array inputs plain (big-endian
+    data becomes a native copy; ``np.matrix`` and masked arrays are refused, saying what to
+    pass), and some inputs for a function that needs them.
+
+    Returns:
+        The checked ``(args, kwargs, signature, dynamic_axes)``.
+    """
+    checked = check_signature(signature, "kiln.trace")
+    axes = check_dynamic_axes(dynamic_axes, "kiln.trace")
+    tree: Any = (args, dict(kwargs))
+    paths, leaves, treespec = optree.tree_flatten_with_path(tree)
+    plain = list(leaves)
+    changed = False
+    for i, (path, leaf) in enumerate(zip(paths, leaves)):
+        if isinstance(leaf, np.ndarray) and (
+            type(leaf) is not np.ndarray or not leaf.dtype.isnative
+        ):
+            name = _derive_name(path, _parameter_names(fn))
+            plain[i] = plain_array(leaf, f"kiln.trace: input {name!r}")
+            changed = True
+        if isinstance(leaf, TensorSpec):
+            name = _derive_name(path, _parameter_names(fn))
+            raise ArgumentTypeError(
+                f"kiln.trace: the example input {name!r} is a TensorSpec ({leaf}); example "
+                "inputs are arrays. To trace against specs alone, pass them as "
+                f"signature=[...]: kiln.trace(fn, signature=[{leaf!r}])"
+            )
+    if not args and not kwargs:
+        count = 0 if checked is None else len(checked)
+        try:
+            inspect.signature(fn).bind(*([None] * count))
+        except TypeError as exc:
+            what = (
+                "no example inputs and no signature"
+                if checked is None
+                else f"a signature of {count} TensorSpec(s) and no example inputs"
+            )
+            raise ArgumentTypeError(
+                f"kiln.trace: {getattr(fn, '__name__', 'fn')} was given {what}, which does not "
+                f"fit its parameters ({exc}); pass example inputs (kiln.trace(fn, x)) or one "
+                "TensorSpec per tensor input (kiln.trace(fn, signature=[TensorSpec(...)]))"
+            ) from None
+        except ValueError:  # no signature to read (a builtin): let the call decide
+            pass
+    if changed:
+        tree = optree.tree_unflatten(treespec, plain)
+    return tree[0], tree[1], checked, axes

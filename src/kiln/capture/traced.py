@@ -14,6 +14,7 @@ from ..ir.graph import ModelGraph
 from ..spec import TensorSpec
 from ..tensor import Tensor
 from ..tree import TreeSpec, flatten_with_paths, path_name, unflatten
+from .signature import check_trace_arguments
 from .trace import Tracer, plan_inputs, record
 
 __all__ = ["trace", "TracedGraph", "output_leaves"]
@@ -203,6 +204,9 @@ def trace(
         >>> tg.graph.inputs
         [TensorSpec(shape=(SymDim('B'), 3), dtype=float32, name='x')]
     """
+    args, kwargs, signature, dynamic_axes = check_trace_arguments(
+        fn, args, kwargs, signature, dynamic_axes
+    )
     abstract = signature is not None and not args and not kwargs
     if abstract:
         assert signature is not None

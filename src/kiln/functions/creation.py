@@ -9,13 +9,15 @@ data, live with ``Tensor`` in :mod:`kiln.tensor`.
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import dtypes
 from ..device import PlaceLike
-from ..errors import OpArgumentError
+from ..errors import ArgumentError, ArgumentTypeError, OpArgumentError
+from ..spec import MAX_SIZE
 from ..symbolic import SymDim
 from ..tensor import Tensor, asarray, check_place, check_supported, unwrap
 from .shape import constant_of_shape, range_
@@ -36,10 +38,40 @@ __all__ = [
 ]
 
 
-def _dims(shape: Any) -> tuple[Any, ...]:
-    if isinstance(shape, (int, np.integer, SymDim)):
-        return (shape,)
-    return tuple(shape)
+def _dims(where: str, shape: Any) -> tuple[Any, ...]:
+    """``shape`` (a size or a sequence of sizes) as a tuple of ints, symbolic sizes or integer
+    tensors, or an error naming the entry that is none of those (as NumPy's TypeError)."""
+    if isinstance(shape, (int, np.integer, SymDim, Tensor)):
+        entries: tuple[Any, ...] = (shape,)
+    elif isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ArgumentTypeError(
+            f"{where}: 'shape' must be an int or a sequence of ints, got "
+            f"{type(shape).__name__} {shape!r}"
+        )
+    else:
+        entries = tuple(shape)
+    dims: list[Any] = []
+    static = 1
+    for d in entries:
+        if isinstance(d, SymDim) or (isinstance(d, Tensor) and d.dtype.kind in "iu"):
+            dims.append(d)
+            continue
+        if isinstance(d, (bool, np.bool_)) or not hasattr(d, "__index__"):
+            raise ArgumentTypeError(
+                f"{where}: 'shape' entries must be ints, got {type(d).__name__} {d!r} in "
+                f"{entries!r}"
+            )
+        size = operator.index(d)
+        if size < 0:
+            raise OpArgumentError(f"{where}: negative size in shape {entries}")
+        static *= size
+        if size > MAX_SIZE or static > MAX_SIZE:
+            raise ArgumentError(
+                f"{where}: shape {entries} holds more than {MAX_SIZE} (2**63 - 1) elements, "
+                "more than any array can"
+            )
+        dims.append(size)
+    return tuple(dims)
 
 
 def full(
@@ -52,12 +84,10 @@ def full(
     """
     check_place(device)
     want = None if dtype is None else dtypes.as_dtype(dtype)
-    dims = _dims(shape)
-    if not all(isinstance(d, (int, np.integer)) for d in dims):
+    dims = _dims("full", shape)
+    if not all(isinstance(d, int) for d in dims):
         return constant_of_shape(dims, fill_value, want)
-    if any(int(d) < 0 for d in dims):
-        raise OpArgumentError(f"full: negative size in shape {dims}")
-    array = np.full(tuple(int(d) for d in dims), unwrap(fill_value), dtype=want)
+    array = np.full(dims, unwrap(fill_value), dtype=want)
     check_supported(array)
     return Tensor._wrap(array)
 
@@ -117,8 +147,16 @@ def arange(
     if stop is None:
         start, stop = 0, start
     want = None if dtype is None else dtypes.as_dtype(dtype)
+    if isinstance(step, (int, float, np.number)) and step == 0:
+        raise ArgumentError(f"arange: 'step' must not be 0 (start={start!r}, stop={stop!r})")
     if not all(isinstance(v, (int, float, np.number)) for v in (start, stop, step)):
         return range_(start, stop, step, want)  # symbolic bounds: a recorded Range
-    array = np.arange(start, stop, step, dtype=want)
+    try:
+        array = np.arange(start, stop, step, dtype=want)
+    except (ValueError, ZeroDivisionError) as exc:  # an infinite, NaN or too long range
+        raise ArgumentError(
+            f"arange({start!r}, {stop!r}, {step!r}): {exc}; the bounds and the step must be "
+            "finite and give at most 2**63 - 1 values"
+        ) from exc
     check_supported(array)
     return Tensor._wrap(array)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import UnsupportedOperationError
+from ..errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
 from ..ops.rules import normalize_axis
 from ..ops.shape import INT64_MAX, INT64_MIN
 from ..symbolic import Dim, Shape, SymDim, broadcast_shapes, format_shape
@@ -120,14 +120,47 @@ def reshape(
         raise UnsupportedOperationError(f"reshape(order={order!r}): kiln supports order='C' only")
     target = shape if shape is not None else newshape
     if target is None:
-        raise TypeError("reshape() needs a shape")
+        raise ArgumentTypeError("reshape: needs a 'shape' (a size or a sequence of sizes)")
     x = as_tensor(a)
-    dims = _dims(target)
-    for d in dims:
-        if isinstance(d, (int, np.integer)) and int(d) < -1:
-            raise ValueError(f"reshape: negative dimensions other than -1 are not allowed: {dims}")
+    dims = _reshape_dims(target)
     # NumPy's 0 is a size of zero, ONNX's 0 copies the input size unless allowzero=1.
     return call("Reshape", x, shape_tensor(list(dims)), allowzero=1)
+
+
+def _reshape_dims(target: Any) -> tuple[Any, ...]:
+    """Reshape's target entries checked as NumPy checks them: ints (-1 at most once, the
+    operator says), symbolic sizes or integer 0-d / 1-element tensors; anything else is an
+    error naming the entry."""
+    if (
+        isinstance(target, tuple)
+        and len(target) == 1
+        and isinstance(target[0], (np.ndarray, Tensor))
+        and target[0].ndim == 1
+    ):
+        target = target[0]  # t.reshape(np.array([2, 3])): the method's one argument
+    if isinstance(target, np.ndarray):
+        target = target.tolist()  # a 0-d array is one size, a 1-d one the sizes
+    if isinstance(target, (str, bytes)) or not (
+        isinstance(target, (int, np.integer, SymDim, Tensor)) or hasattr(target, "__iter__")
+    ):
+        raise ArgumentTypeError(
+            f"reshape: 'shape' must be an int or a sequence of ints, got "
+            f"{type(target).__name__} {target!r}"
+        )
+    dims = _dims(target)
+    for d in dims:
+        if isinstance(d, SymDim) or (isinstance(d, Tensor) and d.dtype.kind in "iu"):
+            continue
+        if isinstance(d, (bool, np.bool_)) or not hasattr(d, "__index__"):
+            raise ArgumentTypeError(
+                f"reshape: shape entries must be ints (one may be -1), got "
+                f"{type(d).__name__} {d!r} in {dims!r}"
+            )
+        if operator.index(d) < -1:
+            raise OpArgumentError(
+                f"reshape: negative dimensions other than -1 are not allowed: {dims}"
+            )
+    return tuple(d if isinstance(d, (SymDim, Tensor)) else operator.index(d) for d in dims)
 
 
 @implements(np.ravel)

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import dtype_from_onnx_code
-from ..errors import KilnError, UnsupportedOperationError
+from ..errors import (
+    ArgumentTypeError,
+    GraphValidationError,
+    InputMismatchError,
+    KilnError,
+    UnsupportedOperationError,
+)
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, NameScope, Value
 from ..ops.folding import FOLDING_LIMITS, fold, known_array
@@ -29,9 +35,12 @@ from ..symbolic import Dim, fresh_symbol, symbol
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["load", "from_onnx", "MIN_OPSET", "SUPPORTED_DOMAINS"]
+__all__ = ["load", "from_onnx", "MIN_OPSET", "MAX_OPSET", "SUPPORTED_DOMAINS"]
 
 MIN_OPSET = 1  # older forms are rewritten where they differ (see _REWRITES)
+# The newest opset kiln knows (onnx 1.23 defines 1-28, and onnxruntime 1.2x refuses newer
+# ones): an operator's schema in a newer opset may mean something kiln does not implement.
+MAX_OPSET = 28
 SUPPORTED_DOMAINS = ("", "ai.onnx", "kiln")
 
 
@@ -65,6 +74,13 @@ def load(
     Raises:
         UnsupportedOperationError: for an operator, opset or domain kiln does not support,
             naming the node, its operator and what is supported.
+        GraphValidationError: for what is not a valid ONNX model (bytes that are not one, a
+            negative or contradicting shape, an initializer whose data does not fill its
+            declared shape, a declared type the model does not compute, external data outside
+            the model's folder), naming the value at fault. Nothing is allocated for a
+            declared size before it is checked against the data the file holds.
+        InputMismatchError: for ``constant_inputs`` that are not inputs of the model or do
+            not fit their declared type.
 
     Example:
         >>> import kiln, numpy as np
@@ -75,12 +91,52 @@ def load(
     """
     onnx = _onnx()
     if isinstance(source, onnx.ModelProto):
-        model = source
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        model = onnx.load_from_string(bytes(source))
+        return from_onnx(source, constant_inputs=constant_inputs)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        what = "the bytes given"
+        model = _parse(onnx, lambda: onnx.load_from_string(bytes(source)), what)
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        what = f"the file {path!r}"
+        model = _parse(onnx, lambda: onnx.load(path), what)
     else:
-        model = onnx.load(os.fspath(source))
+        raise ArgumentTypeError(
+            "kiln.io.load: 'source' must be a file path, the model's bytes or an "
+            f"onnx.ModelProto, got {type(source).__name__}"
+        )
+    _check_is_model(model, what)
     return from_onnx(model, constant_inputs=constant_inputs)
+
+
+def _check_is_model(model: Any, what: str) -> None:
+    """Protobuf parses many byte strings (the empty one among them) as an empty message: a
+    model without a graph and without an opset is not an ONNX model."""
+    if not model.HasField("graph") and not model.opset_import:
+        raise GraphValidationError(
+            f"{what}: not an ONNX model (it has no graph and imports no opset: an empty or "
+            "foreign protobuf message, or a file of another format)"
+        )
+
+
+def _parse(onnx: Any, read: Callable[[], Any], what: str) -> Any:
+    """``read()``, with onnx's and protobuf's refusals turned into a :class:`KilnError` that
+    says what is wrong with ``what``."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return read()
+    except DecodeError as exc:
+        raise GraphValidationError(
+            f"{what}: not an ONNX model (protobuf could not parse it as an onnx.ModelProto: {exc})"
+        ) from exc
+    except onnx.checker.ValidationError as exc:
+        # onnx refuses external data outside the model's folder (or at an absolute path)
+        # before reading it; kiln keeps that refusal.
+        raise GraphValidationError(
+            f"{what}: refused to load the model's external data: {exc}. kiln, like onnx, "
+            "reads external tensor data only from files inside the model's own folder; move "
+            "the data file there and give its location relative to the model"
+        ) from exc
 
 
 def from_onnx(
@@ -94,6 +150,7 @@ def from_onnx(
         >>> from_onnx(kiln.io.to_onnx(g)).outputs[0].shape
         (3,)
     """
+    _check_is_model(model, "the onnx.ModelProto given")
     opsets = {(o.domain or ""): o.version for o in model.opset_import}
     opset = opsets.get("", opsets.get("ai.onnx"))
     if opset is None:
@@ -105,6 +162,12 @@ def from_onnx(
         raise UnsupportedOperationError(
             f"the model uses ONNX opset {opset}; kiln imports opset {MIN_OPSET} or newer "
             "(convert it with onnx.version_converter first)"
+        )
+    if opset > MAX_OPSET:
+        raise UnsupportedOperationError(
+            f"the model uses ONNX opset {opset}; kiln knows opsets {MIN_OPSET} to {MAX_OPSET} "
+            f"(as onnxruntime, it refuses newer ones, whose operators it cannot know); export "
+            f"the model for opset {MAX_OPSET} or older"
         )
     importer = _Importer(model.graph, opset, dict(constant_inputs or {}))
     return importer.run()
@@ -145,22 +208,20 @@ class _Importer:
         input_names = {info.name for info in g.input}
         unknown = sorted(set(self.constant_inputs) - input_names)
         if unknown:
-            raise UnsupportedOperationError(
+            raise InputMismatchError(
                 f"constant_inputs names {unknown}, which are not inputs of the model; its inputs "
                 f"are {sorted(input_names - initializer_names)}"
             )
         for info in g.input:
-            if info.name in initializer_names:
-                continue  # an old-style model lists its initializers as inputs too
             where = f"graph input {info.name!r}"
             ttype = _value_type(info, where=where)
+            if info.name in initializer_names:
+                # An old-style model lists its initializers as inputs too: the two must agree
+                # (onnxruntime refuses a model where they do not).
+                _check_fits(self.values[info.name].type, ttype, f"initializer {info.name!r}", where)
+                continue
             if info.name in self.constant_inputs:
-                data = np.asarray(self.constant_inputs[info.name])
-                if data.dtype != ttype.dtype or data.ndim != ttype.ndim:
-                    raise UnsupportedOperationError(
-                        f"constant_inputs[{info.name!r}] is {data.dtype}{list(data.shape)}, but "
-                        f"the {where} is typed {ttype}"
-                    )
+                data = _constant_input(self.constant_inputs[info.name], ttype, info.name, where)
                 self.add_constant(info.name, data)
                 continue
             self.values[info.name] = self.builder.add_input(info.name, ttype)
@@ -174,9 +235,30 @@ class _Importer:
                     f"graph output {info.name!r} is not computed by any node of the model"
                 )
             outputs.append(self.values[info.name])
+        self.check_declared_types()
         graph = self.builder.graph(g.name or "model", outputs)
         graph.verify()
         return graph
+
+    def check_declared_types(self) -> None:
+        """Each output and ``value_info`` entry whose element type the model declares must be
+        the type the model computes there (onnxruntime refuses a model where it is not). A
+        declared shape only completes what inference leaves open, as in onnxruntime."""
+        outputs = {info.name for info in self.graph.output}
+        for name, info in self.declared.items():
+            value = self.values.get(name)
+            if value is None or info.type.WhichOneof("value") != "tensor_type":
+                continue
+            code = info.type.tensor_type.elem_type
+            if code == 0:  # UNDEFINED: the model leaves the type to inference
+                continue
+            kind = "graph output" if name in outputs else "value"
+            declared = _dtype(code, f"{kind} {name!r}")
+            if declared != value.dtype:
+                raise GraphValidationError(
+                    f"{kind} {name!r} is declared {declared.name}, but the model computes "
+                    f"{value.dtype.name} there ({value.type}); fix the declaration in the model"
+                )
 
     # -- building blocks -------------------------------------------------------------------
 
@@ -301,7 +383,11 @@ class _Importer:
         return self.emit(call.op, call.inputs, call.attrs, call.outputs, call.name, call.where)
 
     def attr_to_input(
-        self, call: _Call, attr: str, position: int, dtype: np.dtype | str = np.int64
+        self,
+        call: _Call,
+        attr: str,
+        position: int,
+        dtype: np.dtype | str | type[np.generic] = np.int64,
     ) -> None:
         """Move attribute ``attr`` (if given) into input ``position`` as a constant."""
         if attr not in call.attrs:
@@ -348,8 +434,15 @@ def _axes_as_input(position: int) -> Callable[[_Importer, _Call], None]:
 def _split(imp: _Importer, call: _Call) -> None:
     imp.attr_to_input(call, "split", 1)
     has_sizes = len(call.inputs) > 1 and call.inputs[1] is not None
-    if not has_sizes and call.attrs.get("num_outputs") is None:
+    count = call.attrs.get("num_outputs")
+    if not has_sizes and count is None:
         call.attrs["num_outputs"] = len(call.outputs)  # before opset 18: as many as declared
+    elif count is not None and count != len(call.outputs):
+        # As onnxruntime: the node declares its outputs (and a huge num_outputs costs nothing).
+        raise GraphValidationError(
+            f"{call.where}: num_outputs is {count}, but the node declares "
+            f"{len(call.outputs)} output(s)"
+        )
     imp.finish(call)
 
 
@@ -591,6 +684,7 @@ _REWRITES: dict[str, Callable[[_Importer, _Call], None]] = {
 
 # -- types, tensors, attributes ------------------------------------------------------------
 
+
 def _with_known_values(
     opdef: Any, inputs: Sequence[Value | None], attrs: dict[str, Any], types: list[TensorType]
 ) -> list[TensorType]:
@@ -603,7 +697,7 @@ def _with_known_values(
         return types
     if not all(t.dtype.kind in "biu" and t.ndim <= 1 for t in types):
         return types
-    arrays = []
+    arrays: list[np.ndarray | None] = []
     for v in inputs:
         if v is None:
             arrays.append(None)
@@ -612,13 +706,16 @@ def _with_known_values(
         if array is None:
             return types
         arrays.append(array)
+    limit = FOLDING_LIMITS.known_ints
     try:
-        results = fold(opdef, arrays, attrs, limit=None)  # measured per output below
+        # The inferred shapes are checked before the kernel runs: a 100-byte model's
+        # Range(0, 4e8) or ConstantOfShape([1e8]) is typed, never computed, at load time.
+        shapes = [t.shape for t in types]
+        results = fold(opdef, arrays, attrs, limit=limit * len(types), shapes=shapes)
     except Exception:  # folding is an optimisation of typing; the kernel runs again later
         return types
     if results is None:
         return types
-    limit = FOLDING_LIMITS.known_ints
     out = []
     for t, r in zip(types, results):
         if t.value is None and r.size <= limit and tuple(r.shape) == tuple(t.shape):
@@ -685,6 +782,47 @@ def _value_type(info: Any, where: str) -> TensorType:
     return TensorType(dtype, tuple(dims))
 
 
+def _check_fits(found: TensorType, declared: TensorType, what: str, where: str) -> None:
+    """``found`` (an initializer's type) must fit the ``declared`` type of the graph input
+    of the same name: same dtype and rank, and the same size on every static axis."""
+    same = found.dtype == declared.dtype and found.ndim == declared.ndim
+    if same:
+        same = all(not isinstance(d, int) or d == f for f, d in zip(found.shape, declared.shape))
+    if not same:
+        raise GraphValidationError(
+            f"{what} is {found}, but the {where} of the same name is declared {declared}; "
+            "the two must agree"
+        )
+
+
+def _constant_input(given: Any, declared: TensorType, name: str, where: str) -> np.ndarray:
+    """The value bound by ``constant_inputs[name]`` as an array that fits the input's declared
+    type (Python lists and scalars take the declared dtype; an array must have it)."""
+    label = f"constant_inputs[{name!r}]"
+    if isinstance(given, np.ndarray):
+        data = given
+    else:
+        try:
+            data = np.asarray(given, dtype=declared.dtype)
+        except (TypeError, ValueError) as exc:
+            raise InputMismatchError(
+                f"{label} ({type(given).__name__}) cannot be read as a {declared.dtype.name} "
+                f"array for the {where} ({declared}): {exc}"
+            ) from None
+    if data.dtype != declared.dtype or data.ndim != declared.ndim:
+        raise InputMismatchError(
+            f"{label} is {data.dtype.name}{list(data.shape)}, but the {where} is declared "
+            f"{declared}; pass an array of that dtype and rank"
+        )
+    for axis, (want, got) in enumerate(zip(declared.shape, data.shape)):
+        if isinstance(want, int) and want != got:
+            raise InputMismatchError(
+                f"{label} has size {got} on axis {axis}, but the {where} is declared "
+                f"{declared} (size {want} there); pass an array of the declared shape"
+            )
+    return data
+
+
 def _symbol(text: str) -> Dim:
     """The symbol named ``text``; a name that is not an identifier (``2*B + 1``, written by
     an exporter for a computed size) is kept as one opaque symbol of that text."""
@@ -698,8 +836,36 @@ def _array(onnx: Any, tensor: Any, where: str) -> np.ndarray:
             f"{where}: its data is stored in an external file that was not loaded; load the "
             "model from its path (kiln.io.load(path)) so the external data is found"
         )
+    _check_stored_size(onnx, tensor, dtype, where)  # before anything is allocated
     array = onnx.numpy_helper.to_array(tensor)
     return np.asarray(array, dtype=dtype).reshape(tuple(tensor.dims))
+
+
+def _check_stored_size(onnx: Any, tensor: Any, dtype: np.dtype, where: str) -> None:
+    """A tensor's declared dims must be non-negative and its stored data must hold exactly
+    that many elements: checked on the dims and the data's length, so a 100-byte file that
+    declares a (10**6, 10**6) initializer is refused without allocating anything."""
+    dims = tuple(int(d) for d in tensor.dims)
+    if any(d < 0 for d in dims):
+        raise GraphValidationError(
+            f"{where} declares shape {list(dims)}, with a negative size; sizes are >= 0"
+        )
+    count = 1
+    for d in dims:
+        count *= d
+    if tensor.HasField("raw_data"):
+        stored, unit = len(tensor.raw_data), dtype.itemsize
+        what = f"{stored} byte(s) of raw data"
+    else:
+        field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+        stored = len(getattr(tensor, field))
+        unit = 2 if dtype.kind == "c" else 1  # complex: real and imaginary parts
+        what = f"{stored} value(s) in {field}"
+    if stored != count * unit:
+        raise GraphValidationError(
+            f"{where} declares shape {list(dims)} ({count} {dtype.name} elements), but the "
+            f"model stores {what}; the model is corrupt or was cut short"
+        )
 
 
 def _attribute_value(onnx: Any, a: Any, where: str) -> Any:

@@ -27,7 +27,7 @@ from ..symbolic import Dim, prod
 from .dispatch import run_kernel
 from .registry import PURE, OpDef, TensorType
 
-__all__ = ["FoldingLimits", "FOLDING_LIMITS", "fold", "fits", "known_array"]
+__all__ = ["FoldingLimits", "FOLDING_LIMITS", "fold", "fits", "known_array", "type_of_array"]
 
 
 @dataclass(frozen=True)
@@ -93,25 +93,53 @@ def fold(
         limit: The most elements the results may hold in all (see :class:`FoldingLimits`);
             None for no limit (the caller measures each result itself).
         shapes: The outputs' shapes when they are known before computing (a node's recorded
-            outputs, possibly fewer than the kernel returns): a result too big for ``limit``
-            is then never computed, and exactly that many results come back.
+            outputs, possibly fewer than the kernel returns), and then exactly that many
+            results come back. Without them the operator's ``infer`` gives them. Either way a
+            result too big for ``limit`` is never computed: sizes are checked first, so
+            folding a 100-byte model's ``Range(0, 4e8)`` allocates nothing.
 
     Returns:
-        The results, or None when ``opdef`` is not pure or they would exceed ``limit``. A
-        kernel's error propagates: whether a failed fold is fatal is the caller's choice.
+        The results, or None when ``opdef`` is not pure or they would exceed ``limit`` (or
+        their size is not known before computing). A kernel's (or ``infer``'s) error
+        propagates: whether a failed fold is fatal is the caller's choice.
     """
     if PURE not in opdef.traits:
         return None
-    if shapes is not None and limit is not None and not fits(shapes, limit):
-        return None
+    if limit is not None:
+        sizes = shapes if shapes is not None else _inferred_shapes(opdef, arrays, attrs)
+        if not fits(sizes, limit):
+            return None
     results = run_kernel(opdef, arrays, attrs)
     if shapes is not None:
         results = results[: len(shapes)]
-    elif limit is not None and sum(r.size for r in results) > limit:
-        return None
     for r in results:
         r.flags.writeable = False
     return results
+
+
+def _inferred_shapes(
+    opdef: OpDef, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
+) -> list[Sequence[Dim]]:
+    """The output shapes ``opdef.infer`` gives for known ``arrays`` (typed with their
+    contents where a type carries them), before anything is computed."""
+    types = [None if a is None else type_of_array(a) for a in arrays]
+    return [t.shape for t in opdef.infer(types, attrs)]
+
+
+def type_of_array(data: np.ndarray) -> TensorType:
+    """The :class:`TensorType` of a known array: its dtype and shape, and its contents where a
+    type carries them (the ``known_ints`` / ``known_floats`` limits).
+
+    Example:
+        >>> type_of_array(np.array([2, 3])).value
+        (2, 3)
+    """
+    value: tuple[Any, ...] | None = None
+    if data.ndim <= 1 and data.dtype.kind in "iu" and data.size <= FOLDING_LIMITS.known_ints:
+        value = tuple(int(v) for v in data.reshape(-1))
+    elif data.ndim == 1 and data.dtype.kind == "f" and data.size <= FOLDING_LIMITS.known_floats:
+        value = tuple(float(v) for v in data)
+    return TensorType(data.dtype, tuple(data.shape), value)
 
 
 def known_array(ttype: TensorType, *, integral: bool = False) -> np.ndarray | None:

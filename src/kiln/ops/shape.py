@@ -609,7 +609,8 @@ def _expand_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
     value = None
     if x.value is not None and len(out) <= 1:
         count = out[0] if out else 1
-        if isinstance(count, int):
+        # The contents are built only when they fit a type (never a huge tuple first).
+        if isinstance(count, int) and count <= _VALUE_LIMIT:
             value = x.value * count if len(x.value) == 1 else x.value
     return [_typed(x.dtype, out, value)]
 
@@ -674,7 +675,8 @@ def _tile_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) ->
     shape = [d * r for d, r in zip(x.shape, reps)]
     value = None
     if x.value is not None and x.ndim == 1 and isinstance(reps[0], int):
-        value = x.value * reps[0]
+        if len(x.value) * reps[0] <= _VALUE_LIMIT:  # never a huge tuple first
+            value = x.value * reps[0]
     return [_typed(x.dtype, shape, value)]
 
 
@@ -1832,8 +1834,10 @@ def _range_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
     if not isinstance(delta, int):
         raise OpArgumentError(f"{op}: 'delta' must be a static integer, got {delta}")
     if isinstance(start, int) and isinstance(limit, int):
+        # The length is arithmetic (a lazy range); the contents are built only when a type
+        # may carry them, so Range(0, 4e8) costs nothing to type.
         r = range(start, limit, delta)
-        return [_typed(dtype, (len(r),), tuple(r))]
+        return [_typed(dtype, (len(r),), tuple(r) if len(r) <= _VALUE_LIMIT else None)]
     if delta > 0:
         n = floordiv(limit - start + delta - 1, delta)
     else:
