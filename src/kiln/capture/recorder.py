@@ -127,7 +127,11 @@ def record_capture(
 
     result = record(target, signature.args, signature.kwargs, slots, leaves, rebuild, tracer)
     tensors, names, outputs = output_leaves(result)
-    served = outputs.rebuild([Tensor._wrap(t._data) for t in tensors])  # plain tensors
+    # Fresh copies: an eager result may view an input, a closure array or another result
+    # (x.T.T, returning a weight, (y, y)); like the replay's outputs (see
+    # kiln.exec.plan.output_copies) the capture call's results never alias. One copy of the
+    # outputs on the capture call, which already costs a recording.
+    served = outputs.rebuild([Tensor._wrap(np.array(t._data)) for t in tensors])
     inputs = _captured_inputs(signature, slots, drift)
     if tracer.abandoned is not None:
         return served, Capture(inputs, eager_reason=tracer.abandoned)
