@@ -50,6 +50,7 @@ REFUSES_SOME: dict[str, set[str]] = {
     "jax": {
         "CumSum",  # on floats: XLA's parallel scan rounds differently from NumPy's sequence
         "MaxPool",  # when its Indices output is read
+        "Pow",  # on integers: NumPy wraps and raises for a negative exponent
     },
     "onnxruntime": {
         "ArgMax",  # on floats: onnxruntime skips NaN (as ReduceMax/Min, MaxPool, GlobalMaxPool)
@@ -74,6 +75,12 @@ REFUSES_SOME: dict[str, set[str]] = {
         "ReduceSumSquare",
         "ScatterElements",  # on bool with a reduction
         "ScatterND",
+        "Pow",  # on integers: onnxruntime's overflow differs, no error for a negative exponent
+        "Max",  # on floats: the sign of a zero result (as Min, Clip, Relu, Where)
+        "Min",
+        "Clip",
+        "Relu",
+        "Where",
     },
 }
 

@@ -256,3 +256,155 @@ def test_same_answer_rules() -> None:
     assert same_answer(f32([1.01]), f32([1.0])) is not None  # a 1% drift
     assert same_answer(np.int64([-1]), np.int64([0])) is not None
     assert same_answer(np.float64([1.0]), f32([1.0])) is not None  # dtype
+
+
+# -- cases found by the differential fuzzer (tools/fuzz.py --show 1:INDEX) ----------------
+
+_F32 = np.float32
+FUZZ_CASES = {
+    # 0.0 % a: floor-mod lowers to Where(a < 0, -0.0, 0.0); onnxruntime's Where drops -0.0
+    "1:628_remainder_zero_sign": (
+        lambda a: 0.0 % a,
+        (np.array([1e-300, -1.78, 0.0, -0.0], np.float64),),
+    ),
+    # 6 ** 36 wraps to 0 in int32 as repeated multiplication; onnxruntime gives -2**31
+    "1:3732_int_pow_overflow": (lambda a: np.power(a, np.dot(a, a)), (np.array([6], np.int32),)),
+    # np.maximum(0.0, -0.0) is -0.0 (the second operand); XLA and onnxruntime give +0.0
+    "1:3553_maximum_zero_sign": (
+        lambda a: np.maximum(a, -0.0)[None],
+        (np.array([True, False, False]),),
+    ),
+    "maximum_minimum_zeros_broadcast": (
+        lambda a, b: (np.maximum(a, b), np.minimum(b, a), np.maximum(a, 0.0), np.minimum(-0.0, a)),
+        (
+            np.array([0.0, -0.0, np.nan, 1.0, -0.0, 0.0, -np.inf], _F32),
+            np.array([[-0.0], [0.0]], _F32),
+        ),
+    ),
+    "maximum_zeros_float16": (
+        lambda a, b: (np.maximum(a, b), np.minimum(a, b)),
+        (
+            np.array([0.0, -0.0, np.nan, 1.0], np.float16),
+            np.array([-0.0, 0.0, 1.0, np.nan], np.float16),
+        ),
+    ),
+    "clip_zero_sign": (
+        lambda a: np.clip(a, -0.0, 0.0),
+        (np.array([0.0, -0.0, np.nan, 1.0, -1.0], np.float64),),
+    ),
+    "where_keeps_negative_zero": (
+        lambda c, x: np.where(c, x, 1.0),
+        (np.array([True, False, True]), np.array([-0.0, -0.0, 2.0])),
+    ),
+}
+
+
+@pytest.mark.parametrize("engine", ["numpy", "jax", "onnxruntime"])
+@pytest.mark.parametrize("case", sorted(FUZZ_CASES))
+def test_fuzzer_cases_are_exact_or_refused_naming_the_node(case: str, engine: str) -> None:
+    fn, args = FUZZ_CASES[case]
+    traced = kiln.trace(fn, *args)
+    traced.optimize()
+    try:
+        traced.finalize(engine=engine)
+    except UnsupportedOperationError as exc:
+        assert engine != "numpy"
+        assert "node '" in str(exc) and "engine='numpy'" in str(exc), str(exc)
+        return
+    got = traced(*args)
+    want = _numpy(fn, *args)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        g = np.asarray(g)
+        _assert_same(g, w, f"{case} on {engine}, output {i}")
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w), err_msg=f"{case} {i}")
+
+
+@pytest.mark.parametrize(
+    ("engine", "fn", "args", "op", "why"),
+    [
+        ("onnxruntime", lambda a: a**a, (np.array([2, 3], np.int32),), "Pow", "integers"),
+        ("jax", lambda a: a**a, (np.array([2, 3], np.int32),), "Pow", "integers"),
+        ("onnxruntime", lambda a, b: np.maximum(a, b), (ONES, ONES[0]), "Max", "zero"),
+        ("onnxruntime", lambda a: np.clip(a, 0.0, 1.0), (ONES,), "Clip", "zero"),
+        ("onnxruntime", lambda c, a: np.where(c, a, 0.0), (ONES > 0, ONES), "Where", "-0.0"),
+    ],
+)
+def test_zero_sign_and_integer_power_refusals_name_the_node(engine, fn, args, op, why) -> None:
+    graph = kiln.trace(fn, *args).graph
+    with pytest.raises(UnsupportedOperationError, match=f"node '[^']+': {op} .*{why}"):
+        graph.finalize(engine)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_jax_maximum_minimum_relu_follow_numpy_on_zeros_and_nan(dtype) -> None:
+    # NumPy returns the second operand of equal values (float16: the first); XLA gives +0.0.
+    a = np.array([0.0, -0.0, np.nan, 1.0, -0.0, 0.0, np.inf, -1.0], dtype)
+    b = np.array([-0.0, 0.0, 1.0, np.nan, -0.0, 0.0, -np.inf, -1.0], dtype)
+    fns = [
+        lambda a, b: np.maximum(a, b),
+        lambda a, b: np.minimum(a, b),
+        lambda a, b: np.maximum(b, a[3]),
+        lambda a, b: np.minimum(a[0], b),
+        lambda a, b: np.clip(a, b[0], b[1]),
+    ]
+    for i, fn in enumerate(fns):
+        graph = kiln.trace(fn, a, b).graph
+        graph.finalize("jax")
+        got, want = np.asarray(graph.run([a, b])[0]), _numpy(fn, a, b)
+        _assert_same(got, want, f"function {i}")
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"function {i}")
+    graph = kiln.trace(kiln.nn.relu, a).graph
+    graph.finalize("jax")
+    got, want = np.asarray(graph.run([a])[0]), np.maximum(a, dtype(0))  # Relu's kernel
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    _assert_same(got, want, "relu")
+
+
+def test_integer_power_to_a_negative_exponent_raises_on_every_path() -> None:
+    # tools/fuzz.py --show 1:1794 / 1:1175: NumPy raises for any negative element.
+    a, later = np.array([0, 5], np.int32), np.array([3, -2, -1, -1, -5, 6], np.int32)
+    for fn in (lambda a: a**a, lambda a: np.power(np.int32(2), a)):
+        traced = kiln.trace(fn, a)
+        traced.finalize(engine="numpy")
+        np.testing.assert_array_equal(np.asarray(traced(a)), fn(a))
+        with pytest.raises(ValueError, match="Integers to negative integer powers"):
+            fn(later)
+        with pytest.raises(ValueError, match="Integers to negative integer powers"):
+            traced(later[:2])
+        cf = kiln.compile(fn)
+        cf(a), cf(a)
+        with pytest.raises(ValueError, match="Integers to negative integer powers"):
+            cf(later)
+
+
+def test_float64_remainder_is_exact_given_numpys_operands() -> None:
+    # tools/fuzz.py --show 1:4929: np.exp(25.0) is one ulp below libm's (which XLA and
+    # onnxruntime match), and % -2.5 of 7.2e10 turns that ulp into 1.5e-5. The Mod lowering
+    # itself is exact: fed NumPy's exp values, each engine gives NumPy's remainder.
+    t = np.exp(np.array([25.0, 16.0, 4.0, 1e-3]))
+    fn = lambda t: t % -2.5  # noqa: E731
+    for engine in ("jax", "onnxruntime"):
+        traced = kiln.trace(fn, t)
+        traced.optimize()
+        try:
+            traced.finalize(engine=engine)
+        except UnsupportedOperationError:
+            continue
+        _assert_same(np.asarray(traced(t)), _numpy(fn, t), engine)
+
+
+@pytest.mark.xfail(strict=True, reason="XLA on the CPU flushes subnormal numbers to zero")
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a // a,  # tools/fuzz.py --show 1:417: 1e-40 // 1e-40 is 1, 0 // 0 is NaN
+        lambda a: np.where(a > 0, np.sign(a[::-1]), 1e30) * -np.inf,  # --show 1:2209
+    ],
+)
+def test_jax_subnormal_inputs_known_deviation(fn) -> None:
+    a = np.array([1e-40, -1e-40, -1.0], np.float32)
+    traced = kiln.trace(fn, a)
+    traced.finalize(engine="jax")
+    _assert_same(np.asarray(traced(a)), _numpy(fn, a))

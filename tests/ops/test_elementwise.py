@@ -162,8 +162,18 @@ def test_integer_div_truncates_and_mod_follows_fmod() -> None:
 def test_pow_keeps_base_dtype() -> None:
     out = call("Pow", _t([2.0, 3.0], F32), _t([2, 3], np.int32))
     assert out.dtype == F32 and out.tolist() == [4.0, 27.0]
-    out = call("Pow", _t([2, -1, 1, 3]), _t([-1, -3, -2, 2]))
-    assert out.dtype == I64 and out.tolist() == [0, -1, 1, 9]
+    out = call("Pow", _t([2, -1, 1, 3]), _t([0, 3, 2, 2]))
+    assert out.dtype == I64 and out.tolist() == [1, -1, 1, 9]
+
+
+def test_pow_integer_negative_exponent_raises_numpys_value_error() -> None:
+    # as np.power: any negative element of an integer exponent, checked at run time
+    with pytest.raises(ValueError, match="Integers to negative integer powers are not allowed"):
+        call("Pow", _t([2, -1, 1, 3]), _t([1, 3, -2, 2]))
+    with pytest.raises(ValueError, match="Integers to negative integer powers"):
+        call("Pow", _t([2, 3], np.int32), _t([-1], np.int8))
+    wrapped = call("Pow", _t([6], np.int32), _t([36], np.int32))
+    assert wrapped.tolist() == np.power(np.int32(6), np.int32(36)).reshape(1).tolist() == [0]
 
 
 def test_nan_handling() -> None:

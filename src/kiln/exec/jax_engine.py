@@ -21,8 +21,9 @@ SIGFPE), so the plan compiles with that pass off (:data:`COMPILER_OPTIONS`), and
 operands of elementwise nodes reach XLA behind an optimization barrier, so no rewrite keyed on
 a constant's value (``x + 0.0 -> x`` loses ``-0.0 + 0.0 = +0.0``) applies. Lowerings compute
 NumPy's answer where XLA's primitive differs: integer Div/Mod guard a zero divisor (NumPy
-gives 0, XLA -1), Sign of -0.0 is +0.0. Nodes no lowering makes exact are kept off this engine
-by their records (``OpDef.engine_limits["jax"]``: float CumSum).
+gives 0, XLA -1), Sign of -0.0 is +0.0, Max/Min/Relu/Clip are NumPy's comparisons and selects
+(the sign of a zero result, NaN). Nodes no lowering makes exact are kept off this engine by
+their records (``OpDef.engine_limits["jax"]``: float CumSum, integer Pow).
 
 Example:
     >>> import kiln, numpy as np
@@ -179,16 +180,42 @@ def _cast(x: Any, *, to: int, saturate: int, round_mode: str) -> Any:
     return x.astype(target)
 
 
+def _numpy_extremum(greater: bool) -> Callable[[Any, Any], Any]:
+    """NumPy's maximum (``greater``) or minimum of two arrays. XLA's max/min give +0.0 (min:
+    -0.0) for a pair of zeros; NumPy returns the second operand of equal values (float16:
+    the first), and NaN when either is NaN."""
+
+    def pick(a: Any, b: Any) -> Any:
+        if not (a.dtype.kind == "f" or a.dtype.name == "bfloat16"):
+            return _jnp.maximum(a, b) if greater else _jnp.minimum(a, b)
+        first_on_tie = a.dtype == np.float16
+        if greater:
+            wins = a >= b if first_on_tie else a > b
+        else:
+            wins = a <= b if first_on_tie else a < b
+        return _jnp.where(wins | _jnp.isnan(a), a, b)
+
+    return pick
+
+
+_maximum = _numpy_extremum(greater=True)
+_minimum = _numpy_extremum(greater=False)
+
+
 def _clip(x: Any, lo: Any = None, hi: Any = None) -> Any:
+    if lo is not None and hi is not None:  # np.clip: x where it equals a bound, NaN bounds win
+        lo, hi = _jnp.asarray(lo).reshape(()), _jnp.asarray(hi).reshape(())
+        x = _jnp.where((x < lo) | _jnp.isnan(lo), lo, x)
+        return _jnp.where((x > hi) | _jnp.isnan(hi), hi, x)
     if lo is not None:
-        x = _jnp.maximum(x, lo)
+        x = _maximum(x, _jnp.asarray(lo).reshape(()))
     if hi is not None:
-        x = _jnp.minimum(x, hi)
+        x = _minimum(x, _jnp.asarray(hi).reshape(()))
     return x
 
 
 def _relu(x: Any) -> Any:
-    return _jnp.maximum(x, _jnp.zeros((), x.dtype))
+    return _maximum(x, _jnp.zeros((), x.dtype))
 
 
 def _gelu(x: Any, *, approximate: str) -> Any:
@@ -237,7 +264,7 @@ def _is_inf(x: Any, *, detect_negative: int, detect_positive: int) -> Any:
 
 def _variadic(name: str) -> Callable[..., Any]:
     def lower(*xs: Any) -> Any:
-        fn = getattr(_jnp, name)
+        fn = {"maximum": _maximum, "minimum": _minimum}.get(name) or getattr(_jnp, name)
         out = xs[0]
         for x in xs[1:]:
             out = fn(out, x)

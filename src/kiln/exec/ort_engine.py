@@ -7,7 +7,8 @@ engine is optional: it needs ``onnxruntime`` (``pip install onnxruntime``) and t
 exporter (:mod:`kiln.io.onnx_export`).
 
 Exactness (SPEC 5b): nodes onnxruntime computes differently from NumPy (it skips NaN in
-ReduceMax/ArgMax/MaxPool, fails on an integer division by zero, ...) are kept off this engine
+ReduceMax/ArgMax/MaxPool, fails on an integer division by zero, drops -0.0 in Where/Max/Relu,
+wraps integer Pow differently, ...) are kept off this engine
 by their records (``OpDef.engine_limits["onnxruntime"]``). Nodes it crashes on when an input is
 empty (``EngineLimit.on_empty``: Einsum with an empty batch dies with SIGFPE) refuse the graph
 when the recorded shape is empty, and a call whose symbolic sizes make one empty runs on the

@@ -37,6 +37,7 @@ from .registry import (
     TensorType,
     Typed,
     first_input_dtype,
+    float_input,
     integer_input,
     register,
     same_dtype,
@@ -377,13 +378,15 @@ def _pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             wide = np.float64
         return np.power(x.astype(wide), y.astype(wide)).astype(out)
     if y.dtype.kind in "iub":
-        # Integer power, wrapping like repeated multiplication. A negative exponent gives the
-        # truncated value of 1 / x**|y|: x = 1 -> 1, x = -1 -> +-1, otherwise 0.
-        e = y.astype(np.int64)
-        positive = np.power(x, np.maximum(e, 0).astype(out))
-        odd = (e % 2) != 0
-        negative = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0)).astype(out)
-        return np.where(e < 0, negative, positive).astype(out)
+        # Integer power, wrapping like repeated multiplication; a negative exponent raises
+        # NumPy's ValueError (issue 10), checked here since the exponent is known at run time.
+        if y.dtype.kind == "i" and y.size and y.min() < 0:
+            raise OpArgumentError(
+                "Integers to negative integer powers are not allowed (Pow: an integer base "
+                f"{out.name} to the negative exponent {int(y.min())}); use a float base, e.g. "
+                "x.astype(float) ** y"
+            )
+        return np.power(x, y.astype(out, copy=False))
     # Integer base, float exponent: compute in float64 and truncate toward zero like Cast.
     return np.trunc(np.power(x.astype(np.float64), y.astype(np.float64))).astype(out)
 
@@ -469,6 +472,20 @@ _ORT_INT_DIVISION = {
         "on integers (onnxruntime fails on a zero divisor; NumPy gives 0)", integer_input
     )
 }
+
+# onnxruntime's Max/Min/Clip pick the sign of a zero result differently from NumPy (which
+# returns the second operand of equal values; float16 the first) when an input broadcasts,
+# and its Where turns a -0.0 taken from X into +0.0 (issue 10, tests/exec/test_engine_exactness.py).
+_ORT_ZERO_SIGN_EXTREMA = EngineLimit(
+    "on floating-point input (onnxruntime's sign of a zero result differs from NumPy's)",
+    float_input,
+)
+
+
+def _float_output(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    return bool(outputs) and (outputs[0].dtype.kind == "f" or outputs[0].dtype.name == "bfloat16")
 
 
 # -- factories -----------------------------------------------------------------------------
@@ -614,6 +631,7 @@ def variadic(
     sample_dtypes: Iterable[np.dtype] = (dtypes.float32, dtypes.int32),
     reference: Callable[..., Any] | None = None,
     fast_kernel: NodeRule[KernelCall | None] | None = None,
+    engine_limits: Mapping[str, EngineLimit] | None = None,
 ) -> OpDef:
     """Register an operator over one or more inputs, all broadcast together (Max, Sum, ...).
 
@@ -667,6 +685,7 @@ def variadic(
             traits=frozenset({ELEMENTWISE, PURE, COMMUTATIVE}),
             samples=make,
             fast_kernel=fast_kernel,
+            engine_limits=engine_limits or {},
         )
     )
 
@@ -787,6 +806,12 @@ unary(
     sample_dtypes=(*_F32_F64, dtypes.bfloat16, dtypes.int32),
     reference=lambda x: np.where(x > 0, x, np.zeros_like(x)),
     fast_kernel=_relu_fast,
+    engine_limits={
+        "onnxruntime": EngineLimit(
+            "on float32/float64 (onnxruntime keeps relu(-0.0) = -0.0; NumPy's maximum gives +0.0)",
+            first_input_dtype("float32", "float64"),
+        )
+    },
 )
 unary(
     "LeakyRelu",
@@ -1002,7 +1027,10 @@ def _clip_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
 def _clip_kernel(
     x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None
 ) -> np.ndarray:
-    # maximum then minimum: NaN propagates, and min > max gives max, as ONNX says.
+    # maximum then minimum: NaN propagates, and min > max gives max, as ONNX says. With both
+    # bounds np.clip itself, which keeps x where it equals a bound (-0.0 stays -0.0).
+    if lo is not None and hi is not None:
+        return np.asarray(np.clip(x, lo.reshape(()), hi.reshape(())), dtype=x.dtype)
     out = x if lo is None else np.maximum(x, lo.reshape(()))
     out = out if hi is None else np.minimum(out, hi.reshape(()))
     return np.asarray(out, dtype=x.dtype)
@@ -1060,6 +1088,7 @@ register(
         kernel=_clip_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_clip_samples,
+        engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
     )
 )
 
@@ -1348,7 +1377,7 @@ def _pow_samples() -> list[Sample]:
         (dtypes.float32, dtypes.int32, (-3.0, 3.0), (0.0, 4.0)),
         (dtypes.float64, dtypes.float32, (0.5, 3.0), (-2.0, 3.0)),
         (dtypes.int64, dtypes.int64, (-4.0, 5.0), (0.0, 5.0)),
-        (dtypes.int32, dtypes.int8, (-4.0, 5.0), (-2.0, 4.0)),
+        (dtypes.int32, dtypes.int8, (-4.0, 5.0), (0.0, 4.0)),
         (dtypes.int32, dtypes.float32, (1.0, 5.0), (0.0, 3.0)),
     )
     out = []
@@ -1364,7 +1393,7 @@ register(
     OpDef(
         name="Pow",
         doc="x ** y; the exponent may have another dtype, the result has the base's. An integer "
-        "base to a negative integer exponent gives the truncated 1 / x**|y|.",
+        "base to a negative integer exponent raises ValueError, as NumPy.",
         inputs=(Input("X"), Input("Y")),
         outputs=("Z",),
         infer=_pow_infer,
@@ -1373,6 +1402,16 @@ register(
         samples=_pow_samples,
         cost=6,
         fast_kernel=_two_input_ufunc(np.power, _NATIVE_FLOATS_HALF),
+        engine_limits={
+            engine: EngineLimit(
+                f"on integers ({why}; NumPy wraps, and raises for a negative exponent)",
+                integer_input,
+            )
+            for engine, why in (
+                ("onnxruntime", "onnxruntime gives -2**31 for 6**36 in int32"),
+                ("jax", "the jax lowering covers floating-point bases only"),
+            )
+        },
     )
 )
 
@@ -1469,6 +1508,7 @@ variadic(
     sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.float16),
     reference=_fold_reference(_nan_max),
     fast_kernel=_two_input_ufunc(np.maximum),  # NaN propagates, as the fold does
+    engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
 )
 variadic(
     "Min",
@@ -1480,6 +1520,7 @@ variadic(
     sample_dtypes=(dtypes.float32, dtypes.int32, dtypes.uint8),
     reference=_fold_reference(_nan_min),
     fast_kernel=_two_input_ufunc(np.minimum),
+    engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
 )
 # ONNX types Sum for floats; kiln also accepts integers so that shape arithmetic can add sizes.
 variadic(
@@ -1554,5 +1595,10 @@ register(
         kernel=np.where,
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_where_samples,
+        engine_limits={
+            "onnxruntime": EngineLimit(
+                "on floating-point values (onnxruntime gives +0.0 where X is -0.0)", _float_output
+            )
+        },
     )
 )
