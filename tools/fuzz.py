@@ -809,6 +809,13 @@ def judge(
                     "type",
                     f"output {i} is a {type(out).__name__}, NumPy returns {type(e).__name__}",
                 )
+            if (
+                isinstance(out, np.ndarray)
+                and isinstance(e, np.ndarray)
+                and e.flags.writeable
+                and not out.flags.writeable
+            ):
+                return Check(path, step, "mismatch", "type", f"output {i} is a read-only array")
     return Check(path, step, "ok")
 
 

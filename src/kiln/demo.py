@@ -100,7 +100,7 @@ def main(batch: int = 2, seq: int = 64, repeat: int = 20) -> None:
     print(f"calls with batch 1 and 5:  recapture_count = {f.recapture_count}  (the batch axis "
           "is dynamic now)")
     print("\n-- kiln.explain(f) --")
-    kiln.explain(f)
+    print(kiln.explain(f))
 
     eager_s = _median_seconds(lambda: block(x), repeat)
     compiled_s = _median_seconds(lambda: f(x), repeat)

@@ -59,7 +59,7 @@ def test_first_call_captures_and_later_calls_replay():
     for _ in range(5):
         out = f(x, y)
         assert_close(out, np.tanh(x * f32(2.0) + y) - y)
-        assert isinstance(out, kiln.Tensor)
+        assert type(out) is np.ndarray  # NumPy in, NumPy out (SPEC 5)
     assert target.calls == 1
     assert f.state is State.Compiled and f.recapture_count == 0
     assert f.input_names == ["x", "y"]
@@ -320,7 +320,9 @@ def test_eight_threads_with_mixed_shapes():
 
 def test_memory_is_released_after_reset_and_cache_info_reports_it():
     w = rand(64, 64)
-    f = kiln.compile(lambda x: x @ (w + 1.0))
+    # kiln.tensor copies: a constant the graph holds (a closure array would be an implicit
+    # input, read at each call and not held).
+    f = kiln.compile(lambda x: x @ (kiln.tensor(w) + 1.0))
     f(rand(2, 64))
     info = f.cache_info()
     assert info.entries == 1 and info.bytes >= w.nbytes and info.captures == 1
@@ -457,7 +459,8 @@ def test_cache_bytes_count_a_shared_closure_array_once():
         assert_close(f(rand(2, 256), float(k)), rand(2, 256) @ w + float(k), rtol=1e-5)
     info = f.cache_info()
     assert info.entries >= 2
-    assert w.nbytes <= info.bytes < w.nbytes + 4096  # not once per entry
+    # [issue 11] a closure array is an implicit input read at each call: no capture holds it
+    assert info.bytes < 4096
 
 
 def test_the_least_recently_used_capture_is_dropped_first():

@@ -8,6 +8,12 @@ A small budget of re-captures protects the user: past it the function serves eag
 :meth:`CompiledFunction.reset`. A failure of kiln's own after the target ran never loses the
 call: the eager result is returned and that structure serves eagerly, with one warning.
 
+Results follow the call (SPEC 5, NumPy in, NumPy out): a call of NumPy arrays gets fresh,
+writable NumPy arrays on every path, a call with a kiln tensor among its leaves gets kiln
+tensors; serving eagerly runs the target on the caller's own leaves. As a class attribute a
+compiled function binds like a method (:class:`BoundCompiledFunction`), the instance keyed by
+identity.
+
 Concurrent calls are safe: capture decisions are taken under a lock, reserving the key and the
 budget, so the budget and one capture per key are exact; a call of a key that another thread is
 capturing is served eagerly.
@@ -50,13 +56,23 @@ from ..ops.dispatch import current_handler
 from ..source import user_stacklevel
 from ..spec import TensorSpec, check_dynamic_axes, check_signature
 from ..tensor import Tensor
+from .implicit import ImplicitMiss
 from .policy import CaptureEvent, Decision, RecapturePolicy
 from .recorder import CaptureOptions, record_capture
 from .replay import Capture, GuardMiss, ReplayMiss, ShapeDrift, held_bytes
 from .signature import CallSignature, positional_arrays
 from .trace import _parameter_names
 
-__all__ = ["CompiledFunction", "State", "CaptureEvent", "CacheInfo", "compile", "explain"]
+__all__ = [
+    "CompiledFunction",
+    "BoundCompiledFunction",
+    "Explanation",
+    "State",
+    "CaptureEvent",
+    "CacheInfo",
+    "compile",
+    "explain",
+]
 
 MAX_ENTRIES = 8  # captures kept per function, least recently used dropped first
 HISTORY_LIMIT = 256  # events kept in ``history``, oldest dropped first (reset() keeps them)
@@ -114,6 +130,12 @@ class CompiledFunction:
         output_names: Sequence[str] | None = None,
         graph_name: str | None = None,
     ) -> None:
+        # A staticmethod or classmethod under @kiln.compile: compile its function, and bind
+        # as it would (nothing, or the class) when reached through a class (see __get__).
+        self._binds = "instance"
+        if isinstance(target, (staticmethod, classmethod)):
+            self._binds = "static" if isinstance(target, staticmethod) else "class"
+            target = target.__func__
         if not callable(target):
             raise TypeError(f"kiln.compile needs a callable, got {type(target).__name__}")
         if dynamic not in (None, True, False):
@@ -149,8 +171,9 @@ class CompiledFunction:
     def _reset_state(self) -> None:
         self._generation += 1
         self._entries: dict[Hashable, Capture] = {}
-        # For calls with positional arrays only: their (dtype, rank) tuple -> the entry's key.
-        self._flat: dict[Hashable, Hashable] = {}
+        # For calls with positional arrays only: their (dtype, rank) tuple -> the entry (the
+        # replay path then hashes no tree structure).
+        self._flat: dict[Hashable, Capture] = {}
         # Keys being captured now: one capture per key at a time (see _reserve).
         self._capturing: set[Hashable] = set()
         self._current: Capture | None = None
@@ -247,6 +270,7 @@ class CompiledFunction:
             assert self._current is not None and self._current.graph is not None
             graph = self._current.graph
             self._entries.clear()
+            self._flat = {}
             self._current = None
             self._fallback = "its graph was taken with take_graph()"
             self._history.append(
@@ -258,48 +282,83 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = next(self._calls)
-        if self._fallback is not None or current_handler() is not None:
-            # Falling back, or called inside another trace: run the target (the outer trace
-            # then records its operators inline).
-            return self._eager(args, kwargs)
-        capture: Capture | None = None
+        if self._fallback is not None:
+            return self._eager(args, kwargs, _has_tensor(args, kwargs))
+        if current_handler() is not None:
+            # Called inside another trace: run the target, whose operators the outer trace
+            # then records inline.
+            return self._target(*args, **kwargs)
         if not kwargs and self._flat:
             # The common case, positional arrays only: the key needs no pytree flattening.
             flat = positional_arrays(args, self._with_shapes)
             if flat is not None:
-                arrays, flat_key = flat
-                key = self._flat.get(flat_key)
-                if key is not None:
-                    capture = self._entries.get(key)
-        signature = None
-        if capture is None or capture.replay is None:
-            signature = CallSignature(args, kwargs, self._with_shapes)
-            capture = self._lookup(signature)
-            if capture is None:
-                return self._miss(call, signature)
-            if capture.replay is None:  # a structure served eagerly
-                capture.last_used = call
-                return self._eager(args, kwargs)
-            arrays = signature.arrays
-        try:
-            result = capture.replay.serve(arrays)
-        except ReplayMiss as exc:
-            miss = exc.with_traceback(None)  # it outlives this block: hold no frame
-        else:
-            self._current = capture
-            capture.last_used = call
-            return result
-        if signature is None:
-            signature = CallSignature(args, kwargs, self._with_shapes)
-        return self._replay_missed(call, capture, miss, signature)
+                capture = self._flat.get(flat[1])
+                if capture is not None:
+                    tensors_in = Tensor in map(type, args)
+                    if capture.replay is None:  # a structure served eagerly
+                        capture.last_used = call
+                        return self._eager(args, kwargs, tensors_in)
+                    try:
+                        result = capture.replay.serve(flat[0], tensors_in)
+                    except ReplayMiss as exc:
+                        miss = exc.with_traceback(None)  # it outlives this block: hold no frame
+                    else:
+                        self._current = capture
+                        capture.last_used = call
+                        return result
+                    signature = CallSignature(args, kwargs, self._with_shapes, self._policy.scalars)
+                    return self._replay_missed(call, capture, miss, signature)
+        signature = CallSignature(args, kwargs, self._with_shapes, self._policy.scalars)
+        return self._call(call, signature)
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        """As a class attribute, bind like a function (``@kiln.compile`` on a method): the
+        bound function shares this function's cache, keyed by the instance's identity."""
+        if self._binds == "static" or (obj is None and self._binds != "class"):
+            return self
+        owner = (objtype if objtype is not None else type(obj)) if self._binds == "class" else obj
+        return BoundCompiledFunction(self, owner)
+
+    def _call_bound(self, owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call through :meth:`__get__`: the target gets ``owner`` (the instance, or the
+        class of a classmethod) first, and the key holds it by identity (two instances never
+        share a capture; an instance with ``__eq__`` and no ``__hash__`` is fine)."""
+        call = next(self._calls)
+        full = (owner, *args)
+        if self._fallback is not None:
+            return self._eager(full, kwargs, _has_tensor(args, kwargs))
+        if current_handler() is not None:
+            return self._target(*full, **kwargs)
+        signature = CallSignature(full, kwargs, self._with_shapes, self._policy.scalars)
+        key = signature.key
+        if (
+            signature.leaves
+            and signature.leaves[0] is owner
+            and type(key) is tuple
+            and len(key) > 1
+            and type(key[1]) is tuple
+            and key[1][:1] == (owner,)
+        ):
+            # The owner is a static leaf (its key part is (value, type)): by identity instead.
+            signature.key = (key[0], (_Identity(owner), key[1][1]), *key[2:])
+        return self._call(call, signature)
+
+    def _call(self, call: int, signature: CallSignature) -> Any:
+        """A call that the positional shortcut did not serve: look its key up and serve it."""
+        capture = self._lookup(signature)
+        if capture is None:
+            return self._miss(call, signature)
+        return self._serve(call, capture, signature)
 
     def _serve(self, call: int, capture: Capture, signature: CallSignature) -> Any:
-        """Serve the call from ``capture``, found after a miss (another thread made it)."""
+        """Serve the call from ``capture``: its replay, or eagerly for a structure served
+        eagerly."""
+        tensors_in = Tensor in map(type, signature.leaves)
         if capture.replay is None:
             capture.last_used = call
-            return self._eager(signature.args, signature.kwargs)
+            return self._eager(signature.args, signature.kwargs, tensors_in)
         try:
-            result = capture.replay.serve(signature.arrays)
+            result = capture.replay.serve(signature.arrays, tensors_in)
         except ReplayMiss as exc:
             miss = exc.with_traceback(None)
         else:
@@ -322,13 +381,14 @@ class CompiledFunction:
                 raise error from None
             raise
 
-    def _eager(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        def lift(leaf: Any) -> Any:
-            return Tensor._wrap(leaf) if isinstance(leaf, np.ndarray) else leaf
-
-        tree: Any = (args, kwargs)
-        lifted_args, lifted_kwargs = optree.tree_map(lift, tree)
-        return self._target(*lifted_args, **lifted_kwargs)
+    def _eager(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors_in: bool) -> Any:
+        """Serve the call eagerly: the target on the caller's own leaves, untouched (NumPy
+        arrays stay NumPy arrays, so it costs what NumPy costs); the result's arrays are
+        then of the call's kind (see :func:`_of_kind`)."""
+        result = self._target(*args, **kwargs)
+        if type(result) is _NDARRAY and not tensors_in:  # plain NumPy: nothing to do
+            return result
+        return _of_kind(result, tensors_in)
 
     # -- capture decisions ----------------------------------------------------------------
     #
@@ -351,6 +411,8 @@ class CompiledFunction:
                     decision = self._policy.changed(
                         call, signature, None if previous is None else previous.inputs, cached
                     )
+                    if decision.promote:  # [issue 11, H5] a changed float: now a 0-d input
+                        signature.promote(decision.promote)
                 reserved = self._reserve(signature, decision)
         if entry is not None:  # another thread captured this key since the call looked
             return self._serve(call, entry, signature)
@@ -366,6 +428,10 @@ class CompiledFunction:
                 if isinstance(miss, ShapeDrift):
                     decision = self._policy.drifted(
                         call, capture.inputs, signature.arrays, miss.mismatch
+                    )
+                elif isinstance(miss, ImplicitMiss):  # [issue 11, implicit inputs: H5]
+                    decision = self._policy.implicit_changed(
+                        call, capture.inputs, miss.name, miss.old, miss.new
                     )
                 else:
                     assert isinstance(miss, GuardMiss)
@@ -408,8 +474,9 @@ class CompiledFunction:
     def _capture(self, signature: CallSignature, reserved: _Reservation | None) -> Any:
         """Serve the call while recording it as ``reserved`` says, and keep the capture; serve
         it eagerly without capturing when nothing was reserved."""
+        tensors_in = Tensor in map(type, signature.leaves)
         if reserved is None:
-            return self._eager(signature.args, signature.kwargs)
+            return self._eager(signature.args, signature.kwargs, tensors_in)
         key = signature.key
         try:
             result, capture = record_capture(
@@ -430,7 +497,9 @@ class CompiledFunction:
                 capture.last_used = reserved.decision.event.call
                 self._keep(signature, capture)
                 self._note(reserved.decision.event, capture)
-        return result
+        # The capture serves fresh kiln tensors: NumPy arrays for a call of NumPy arrays (a
+        # copy on the capture call only: a tensor's own array is read-only).
+        return result if tensors_in else optree.tree_map(_fresh_array, result)
 
     def _keep(self, signature: CallSignature, capture: Capture) -> None:
         """Put ``capture`` in the cache (dropping the least recently used entry past
@@ -443,13 +512,13 @@ class CompiledFunction:
             else positional_arrays(signature.native_args, self._with_shapes)
         )
         if flat is not None:
-            self._flat[flat[1]] = key
+            self._flat[flat[1]] = capture
         while len(self._entries) > MAX_ENTRIES:
             entries = self._entries
             oldest = min(entries, key=lambda k: entries[k].last_used)
-            del entries[oldest]
+            dropped = entries.pop(oldest)
             # Rebuilt, not changed in place: the replay path reads it without the lock.
-            self._flat = {f: k for f, k in self._flat.items() if k != oldest}
+            self._flat = {f: c for f, c in self._flat.items() if c is not dropped}
         self._current = capture
 
     def _note(self, event: CaptureEvent, capture: Capture) -> None:
@@ -480,6 +549,118 @@ class CompiledFunction:
         if message not in self._warned:
             self._warned.add(message)
             warnings.warn(message, CaptureWarning, stacklevel=user_stacklevel())
+
+
+class BoundCompiledFunction:
+    """A :class:`CompiledFunction` bound to an instance (or, for a classmethod, a class), as
+    ``obj.method`` binds a function: calling it calls the compiled function with the owner
+    first. It shares the compiled function's cache, budget and history; any other attribute
+    (``state``, ``reset``, ``cache_info``, ``take_graph``) is the compiled function's.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> class Scale:
+        ...     def __init__(self, k):
+        ...         self.k = k
+        ...     @kiln.compile
+        ...     def __call__(self, x):
+        ...         return x * self.k
+        >>> Scale(np.float32(3))(np.ones(2, np.float32)).tolist()
+        [3.0, 3.0]
+    """
+
+    __slots__ = ("__func__", "__self__")
+
+    def __init__(self, function: CompiledFunction, owner: Any) -> None:
+        self.__func__ = function
+        self.__self__ = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__func__._call_bound(self.__self__, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__func__, name)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is BoundCompiledFunction
+            and other.__func__ is self.__func__
+            and other.__self__ is self.__self__
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self.__func__), id(self.__self__)))
+
+    def __repr__(self) -> str:
+        name = self.__func__._options.graph_name
+        return f"<bound compiled function {name} of {self.__self__!r}>"
+
+
+class _Identity:
+    """A key part that compares an object by identity (a method's instance)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Identity and other.obj is self.obj
+
+    def __repr__(self) -> str:
+        return f"<{type(self.obj).__name__} at {id(self.obj):#x}>"
+
+
+_NDARRAY = np.ndarray  # read at every eagerly served call: one global, no attribute lookup
+# Leaf types a call is checked against without flattening it (see _has_tensor).
+_FLAT_TYPES = frozenset(
+    {np.ndarray, int, float, bool, complex, str, bytes, type(None)}
+    | {np.dtype(c).type for c in "?bhilqBHILQefdgFDG"}
+)
+
+
+def _has_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a kiln tensor is among the call's leaves, without flattening the call when its
+    arguments are arrays and scalars (the eager path's check: it must cost next to nothing)."""
+    if not kwargs:
+        for arg in args:
+            cls = type(arg)
+            if cls is _NDARRAY:
+                continue
+            if cls is Tensor:
+                return True
+            if cls not in _FLAT_TYPES:
+                break  # a container or another object: flatten the call
+        else:
+            return False
+    return Tensor in map(type, optree.tree_leaves((args, kwargs)))
+
+
+def _fresh_array(leaf: Any) -> Any:
+    """A kiln tensor as a fresh, writable NumPy array; any other leaf as it is."""
+    return np.array(leaf._data) if type(leaf) is Tensor else leaf
+
+
+def _as_tensor(leaf: Any) -> Any:
+    """A NumPy array as a kiln tensor over it (no copy); any other leaf as it is."""
+    return Tensor._wrap(leaf) if type(leaf) is np.ndarray else leaf
+
+
+def _of_kind(result: Any, tensors_out: bool) -> Any:
+    """An eagerly computed ``result`` with its arrays of the call's kind: kiln tensors when the
+    call passed one, else NumPy arrays (a target that calls kiln's own functions on NumPy
+    arrays returns tensors). Plain NumPy results, the common case, pass without flattening."""
+    cls = type(result)
+    if tensors_out:
+        return result if cls is Tensor else optree.tree_map(_as_tensor, result)
+    if cls is np.ndarray:
+        return result
+    if (cls is tuple or cls is list) and set(map(type, result)) <= _FLAT_TYPES:
+        return result
+    return optree.tree_map(_fresh_array, result)
 
 
 class _Reservation(NamedTuple):
@@ -552,17 +733,31 @@ def compile(  # noqa: A001 - the public name, as torch.compile
     return CompiledFunction(target, **options)
 
 
-def explain(fn: CompiledFunction, *, file: Any = None) -> str:
-    """Print (and return) why ``fn`` captured and fell back, one line per event.
+class Explanation(str):
+    """The text :func:`explain` returns: a ``str`` whose ``repr`` is the text itself, so that
+    ``kiln.explain(f)`` at a REPL shows it once, as it reads."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def explain(fn: CompiledFunction | BoundCompiledFunction, *, file: Any = None) -> Explanation:
+    """Why ``fn`` captured and fell back, one line per event, as text (an :class:`Explanation`,
+    a ``str`` a REPL shows as the text). It is printed only when ``file`` is given (a file
+    object); ``print(kiln.explain(f))`` prints it.
 
     Example:
         >>> import kiln, numpy as np
         >>> f = kiln.compile(lambda x: x + 1)
         >>> _ = f(np.ones(2))
-        >>> print(kiln.explain(f, file=False))
+        >>> kiln.explain(f)
         lambda: state compiled, 1 capture(s), 0 re-capture(s)
           call 1: first: first call
     """
+    if isinstance(fn, BoundCompiledFunction):
+        fn = fn.__func__
     if not isinstance(fn, CompiledFunction):
         raise TypeError(f"kiln.explain takes a CompiledFunction, got {type(fn).__name__}")
     info = fn.cache_info()
@@ -576,7 +771,7 @@ def explain(fn: CompiledFunction, *, file: Any = None) -> str:
         if e.axes and e.kind == "first":
             detail += f"; dynamic axes {list(e.axes)}"
         lines.append(f"  {where}: {e.kind}: {detail}")
-    text = "\n".join(lines)
-    if file is not False:
+    text = Explanation("\n".join(lines))
+    if file is not None and file is not False:  # file=False: no printing (as before)
         print(text, file=file)
     return text

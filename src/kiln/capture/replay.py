@@ -100,8 +100,10 @@ class Replay:
     one_tensor: bool = False
     container: type | None = None
 
-    def serve(self, arrays: list[np.ndarray]) -> Any:
-        """The result of the capture's graph on the call's input ``arrays``.
+    def serve(self, arrays: list[np.ndarray], tensors_out: bool) -> Any:
+        """The result of the capture's graph on the call's input ``arrays``: fresh, writable
+        NumPy arrays (the plan's outputs, which never alias), or kiln tensors over them when
+        ``tensors_out`` (the call passed a kiln tensor: SPEC section 5, NumPy in, NumPy out).
 
         Raises:
             ShapeDrift: The arrays do not fit the graph's input shapes.
@@ -116,22 +118,25 @@ class Replay:
             else:
                 outs = self.run_unchecked(arrays)  # type: ignore[misc]
                 if self.one_tensor:
-                    return Tensor._wrap(outs[0])
-                return self._result(outs)
+                    return Tensor._wrap(outs[0]) if tensors_out else outs[0]
+                return self._result(outs, tensors_out)
         try:
             outs = self.run(arrays)
         except InputMismatchError as mismatch:
             raise ShapeDrift(mismatch) from None
-        return self._result(outs)
+        return self._result(outs, tensors_out)
 
-    def _result(self, outs: list[np.ndarray]) -> Any:
+    def _result(self, outs: list[np.ndarray], tensors_out: bool) -> Any:
         for guard in self.guards:
             if not np.array_equal(outs[guard.output], guard.expected):
                 raise GuardMiss(guard, outs[guard.output])
+        results: list[Any] = outs[: self.n_outputs]
+        if tensors_out:
+            results = [Tensor._wrap(a) for a in results]
         container = self.container
-        if container is not None:  # a flat list or tuple of tensors: no unflattening
-            return container([Tensor._wrap(a) for a in outs[: self.n_outputs]])
-        return self.outputs.rebuild([Tensor._wrap(a) for a in outs[: self.n_outputs]])
+        if container is not None:  # a flat list or tuple of results: no unflattening
+            return results if container is list else tuple(results)
+        return self.outputs.rebuild(results)
 
 
 @dataclass(slots=True, eq=False)
