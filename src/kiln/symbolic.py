@@ -26,7 +26,7 @@ import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
-from typing import Protocol, Union
+from typing import Any, NoReturn, Protocol, Union
 
 __all__ = [
     "SymDim",
@@ -34,6 +34,7 @@ __all__ = [
     "Shape",
     "symbol",
     "fresh_symbol",
+    "is_fresh",
     "floordiv",
     "mod",
     "is_static",
@@ -48,6 +49,7 @@ __all__ = [
     "GuardHook",
     "guard_scope",
     "decide",
+    "specialize",
     "substitute",
     "describe",
 ]
@@ -108,30 +110,33 @@ class SymDim:
 
     def __add__(self, other: Dim) -> Dim:
         if not isinstance(other, (int, SymDim)):
-            return NotImplemented
+            return self._real(other, operator.add, "+", False)
         terms = self._terms_of(self)
         for m, c in self._terms_of(other).items():
             terms[m] = terms.get(m, 0) + c
         return self._make(terms)
 
-    __radd__ = __add__
+    def __radd__(self, other: Dim) -> Dim:
+        if not isinstance(other, (int, SymDim)):
+            return self._real(other, operator.add, "+", True)
+        return self + other
 
     def __neg__(self) -> Dim:
         return self._make({m: -c for m, c in self._terms})
 
     def __sub__(self, other: Dim) -> Dim:
         if not isinstance(other, (int, SymDim)):
-            return NotImplemented
+            return self._real(other, operator.sub, "-", False)
         return self + (-other)
 
     def __rsub__(self, other: Dim) -> Dim:
         if not isinstance(other, (int, SymDim)):
-            return NotImplemented
+            return self._real(other, operator.sub, "-", True)
         return (-self) + other
 
     def __mul__(self, other: Dim) -> Dim:
         if not isinstance(other, (int, SymDim)):
-            return NotImplemented
+            return self._real(other, operator.mul, "*", False)
         terms: dict[Monomial, int] = {}
         for m1, c1 in self._terms_of(self).items():
             for m2, c2 in self._terms_of(other).items():
@@ -139,7 +144,24 @@ class SymDim:
                 terms[m] = terms.get(m, 0) + c1 * c2
         return self._make(terms)
 
-    __rmul__ = __mul__
+    def __rmul__(self, other: Dim) -> Dim:
+        if not isinstance(other, (int, SymDim)):
+            return self._real(other, operator.mul, "*", True)
+        return self * other
+
+    def _real(self, other: object, fn: Callable[[Any, Any], Any], sign: str, reflected: bool):
+        """``self sign other`` with a number that is not a Python int: a NumPy integer stays
+        symbolic; a float (Python computes the result) specializes the size (a guard)."""
+        if isinstance(other, numbers.Integral) and _from_kiln(2):
+            value = int(other)  # kiln's own size arithmetic with a NumPy integer
+            return fn(value, self) if reflected else fn(self, value)
+        if not isinstance(other, numbers.Real) or _from_kiln(2):
+            return NotImplemented
+        if hasattr(other, "dtype"):  # a NumPy scalar is strongly typed: record as NumPy does
+            return self._numpy_op(fn.__name__, other, reflected)
+        what = f"{other} {sign} {self}" if reflected else f"{self} {sign} {other}"
+        n = specialize(self, what)
+        return fn(other, n) if reflected else fn(n, other)
 
     def __floordiv__(self, other: Dim) -> Dim:
         if not isinstance(other, (int, SymDim)):
@@ -192,17 +214,89 @@ class SymDim:
         return _compare(self, "!=", 0, what=f"bool({self})")
 
     def __index__(self) -> int:
-        hook = _GUARD_HOOK.get()
-        if hook is not None and not _from_kiln(1):
-            value = hook.size(self, f"int({self})")
-            if value is not None:
-                return value
-        raise TypeError(
-            f"the symbolic size {self} has no value until the graph runs, so it cannot be used "
-            "as a Python int (range(), list length, ...); keep the axis static or use tensor ops"
-        )
+        # The user's int(n), range(n), and kiln's own code where an operator needs a concrete
+        # int (np.tile reps, np.pad widths): the capture specializes the size with a guard.
+        return specialize(self, f"int({self})")
 
     __int__ = __index__
+
+    def __float__(self) -> float:
+        return float(specialize(self, f"float({self})"))
+
+    # -- a size as a Python number (the user's code, inside a capture) --------------------
+    #
+    # Python needs a concrete number for true division, powers and arithmetic with floats:
+    # the size is specialized to the call's value and guarded (``B == 5``). NumPy calls
+    # (``np.arange(n)``, ``np.sqrt(n)``, ``array * n``) go to the capture, which records them
+    # with the size computed from the inputs' shapes where it can (see GuardHook.array_ufunc).
+
+    def _numpy_op(self, name: str, other: object, reflected: bool) -> object:
+        """``self <name> other`` with a NumPy scalar, recorded by the capture as the NumPy
+        ufunc (``np.int64`` is strong: ``float32 * (n + np.int64(1))`` is float64)."""
+        import numpy as np
+
+        ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply}.get(name)
+        ufunc = ufunc or {"truediv": np.true_divide, "pow": np.power}[name]
+        operands = (other, self) if reflected else (self, other)
+        hook = _GUARD_HOOK.get()
+        if hook is None:
+            return _no_value(self)
+        return hook.array_ufunc(ufunc, "__call__", operands, {})
+
+    def _number(self, other: object, what: str) -> tuple[int, object] | None:
+        """``(value of self, other)`` with the sizes specialized, for arithmetic with a
+        number that Python computes; None (NotImplemented) for other operands and for
+        kiln's own code."""
+        if not isinstance(other, (SymDim, numbers.Real)) or _from_kiln(2):
+            return None
+        if isinstance(other, SymDim):
+            other = specialize(other, what)
+        return specialize(self, what), other
+
+    def __truediv__(self, other: object) -> object:
+        if hasattr(other, "dtype") and isinstance(other, numbers.Real) and not _from_kiln(1):
+            return self._numpy_op("truediv", other, False)
+        pair = self._number(other, f"{self} / {other}")
+        return NotImplemented if pair is None else operator.truediv(*pair)
+
+    def __rtruediv__(self, other: object) -> object:
+        if hasattr(other, "dtype") and isinstance(other, numbers.Real) and not _from_kiln(1):
+            return self._numpy_op("truediv", other, True)
+        pair = self._number(other, f"{other} / {self}")
+        return NotImplemented if pair is None else operator.truediv(pair[1], pair[0])
+
+    def __pow__(self, other: object) -> object:
+        if hasattr(other, "dtype") and isinstance(other, numbers.Real) and not _from_kiln(1):
+            return self._numpy_op("pow", other, False)
+        pair = self._number(other, f"{self} ** {other}")
+        return NotImplemented if pair is None else operator.pow(*pair)
+
+    def __rpow__(self, other: object) -> object:
+        if hasattr(other, "dtype") and isinstance(other, numbers.Real) and not _from_kiln(1):
+            return self._numpy_op("pow", other, True)
+        pair = self._number(other, f"{other} ** {self}")
+        return NotImplemented if pair is None else operator.pow(pair[1], pair[0])
+
+    def __pos__(self) -> SymDim:
+        return self
+
+    def __abs__(self) -> SymDim:
+        return self  # sizes are non-negative
+
+    def __array__(self, dtype: object = None, copy: object = None) -> object:
+        """The size as a 0-d NumPy array, for NumPy functions that take Python numbers
+        (``np.arange(n)``): specialized to the call's value and guarded."""
+        import numpy as np  # only NumPy's own calls get here
+
+        return np.asarray(specialize(self, f"np.asarray({self})"), dtype=dtype)
+
+    def __array_ufunc__(self, ufunc: object, method: str, *inputs: object, **kwargs: object):
+        """A NumPy ufunc over a size (``np.sqrt(n)``, ``array * n``): recorded by the
+        capture with the size computed from the inputs' shapes."""
+        hook = _GUARD_HOOK.get()
+        if hook is None or _from_kiln(1):
+            return NotImplemented
+        return hook.array_ufunc(ufunc, method, inputs, kwargs)
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -341,6 +435,11 @@ class GuardHook(Protocol):
         """The value of ``dim`` for the call being recorded, without a guard (for messages)."""
         ...
 
+    def array_ufunc(self, ufunc: object, method: str, inputs: tuple, kwargs: dict) -> object:
+        """A NumPy ufunc with symbolic sizes among ``inputs`` (``np.sqrt(n)``), recorded
+        with each size computed from the graph's inputs."""
+        ...
+
 
 _GUARD_HOOK: ContextVar[GuardHook | None] = ContextVar("kiln_guard_hook", default=None)
 
@@ -445,6 +544,33 @@ def decide(a: Dim, op: str, b: Dim, *, assume: bool | None = None, what: str = "
     if assume is not None:
         return assume
     raise TypeError(f"{a} {op} {b}: the answer depends on sizes not known until the graph runs")
+
+
+def specialize(dim: Dim, what: str) -> int:
+    """The value of ``dim`` in the call being captured, where the user's code needs a Python
+    number (``int(n)``, ``len(x)``, ``range(n)``, ``n / 2``, ``np.arange(n)``): the capture
+    records the guard ``dim == value``, so the graph holds for that size only and another
+    size re-captures. Outside a capture a symbolic size has no value: ``TypeError``.
+
+    Example:
+        >>> specialize(4, "int(4)")
+        4
+    """
+    if isinstance(dim, int):
+        return dim
+    hook = _GUARD_HOOK.get()
+    if hook is not None:
+        value = hook.size(dim, what)
+        if value is not None:
+            return value
+    return _no_value(dim)
+
+
+def _no_value(dim: SymDim) -> NoReturn:
+    raise TypeError(
+        f"the symbolic size {dim} has no value until the graph runs, so it cannot be used "
+        "as a Python int (range(), list length, ...); keep the axis static or use tensor ops"
+    )
 
 
 def describe(shape: Dim | Iterable[Dim]) -> str:
@@ -595,6 +721,7 @@ def symbol(name: str) -> SymDim:
 
 
 _fresh_ids = itertools.count()
+_fresh_names: set[str] = set()  # the names fresh_symbol issued (sizes known at run time only)
 
 
 def fresh_symbol(hint: str) -> SymDim:
@@ -604,7 +731,20 @@ def fresh_symbol(hint: str) -> SymDim:
         >>> fresh_symbol("nonzero") == fresh_symbol("nonzero")
         False
     """
-    return symbol(f"{hint}_{next(_fresh_ids)}")
+    name = f"{hint}_{next(_fresh_ids)}"
+    _fresh_names.add(name)
+    return symbol(name)
+
+
+def is_fresh(d: object) -> bool:
+    """True for a size made by :func:`fresh_symbol`: it stands for a size only the run knows,
+    so a value recorded with any other size of the same rank may be its output.
+
+    Example:
+        >>> is_fresh(fresh_symbol("slice")), is_fresh(symbol("B"))
+        (True, False)
+    """
+    return isinstance(d, SymDim) and d.is_symbol() and d.name in _fresh_names
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
@@ -714,7 +854,27 @@ def broadcast_dim(a: Dim, b: Dim) -> Dim:
         return a
     if isinstance(b, int):
         return b
+    # bcast is associative, commutative and idempotent where it is valid: a size already
+    # broadcast into the other is absorbed (bcast(bcast(B, C), C) is bcast(B, C)).
+    leaves_a, leaves_b = _bcast_leaves(a), _bcast_leaves(b)
+    if leaves_b <= leaves_a:
+        return a
+    if leaves_a <= leaves_b:
+        return b
     return _opaque("bcast", *sorted((a, b), key=repr))
+
+
+def _bcast_leaves(d: SymDim) -> frozenset[SymDim]:
+    """The sizes a nest of ``bcast`` broadcasts together (``{d}`` for any other size)."""
+    if len(d._terms) == 1:
+        mono, coef = d._terms[0]
+        if coef == 1 and len(mono) == 1 and mono[0][1] == 1:
+            atom = mono[0][0]
+            if isinstance(atom, tuple) and atom[0] == "bcast":
+                return frozenset().union(
+                    *(_bcast_leaves(x) if isinstance(x, SymDim) else {x} for x in atom[1:])
+                )
+    return frozenset({d})
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:

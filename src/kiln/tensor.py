@@ -14,7 +14,7 @@ the functions layer above this module, so that layer attaches them
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from . import dtypes
 from .device import Device, PlaceLike, as_device, cpu, require_backend
 from .errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
-from .ops.dispatch import current_handler, run_kernel
+from .ops.dispatch import current_handler, eager_kernel, handler_now, run_kernel, run_quiet
 from .ops.folding import FOLDING_LIMITS
 from .ops.registry import OpDef, TensorType, get_op
 from .symbolic import Dim, Shape, format_shape
@@ -128,14 +128,21 @@ class Tensor:
 
     @property
     def shape(self) -> Shape:
+        meta = self._meta  # a recorded tensor's shape may be symbolic where its data's is not
+        if meta is not None:
+            return meta.shape
         data = self._data
-        if data is not None and self._meta is None:
-            return data.shape
-        return self.type.shape
+        assert data is not None
+        return data.shape
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        meta = self._meta
+        if meta is not None:
+            return len(meta.shape)
+        data = self._data
+        assert data is not None
+        return data.ndim
 
     @property
     def size(self) -> Dim:
@@ -233,17 +240,10 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         first = shape[0]
         if not isinstance(first, int):
-            message = (
-                f"len() of (or iterating over) a tensor whose first axis is the symbolic size "
-                f"{first}: a graph cannot unroll a loop of unknown length. Use tensor.shape[0] "
-                "to keep the size symbolic, or mark the axis static"
-            )
-            if current_handler() is not None:
-                from .errors import CaptureError
-                from .source import user_source
+            # Python needs an int: the capture specializes the size and guards it.
+            from .symbolic import specialize
 
-                raise CaptureError(f"{message} (at {user_source()})")
-            raise TypeError(message)
+            return specialize(first, f"len() of a tensor of shape {format_shape(shape)}")
         return first
 
     def __iter__(self) -> Iterator[Tensor]:
@@ -337,6 +337,7 @@ class Tensor:
         def __getitem__(self, index: Any) -> Tensor: ...
 
         def astype(self, dtype: DTypeLike) -> Tensor: ...
+        def copy(self, order: str = "C") -> Tensor: ...
         def reshape(self, *shape: Any) -> Tensor: ...
         def transpose(self, *axes: Any) -> Tensor: ...
         def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor: ...
@@ -487,6 +488,144 @@ def from_dlpack(x: Any) -> Tensor:
 # -- the dispatch door ----------------------------------------------------------------------
 
 
+# -- the eager fast path --------------------------------------------------------------------
+#
+# Outside a capture, what ``infer`` checks about a call depends only on the operator, its
+# attributes and the inputs' dtypes and shapes (and, for some operators, the contents of small
+# inputs: Reshape's target, a reduction's axes). The first call with a given key runs the full
+# validation; later calls with the same key go straight to the kernel. A key records whether
+# ``infer`` gave the same answer without the inputs' contents; where it did not, the contents
+# of the small inputs join the key. A kernel that raises on a cached key sends the call down the
+# full path, which raises the error that names the operator.
+
+EAGER_CACHE = True  # False: every eager call takes the full path (benchmarks compare the two)
+_EAGER_LIMIT = 4096  # entries; the cache is emptied when it fills (distinct keys are few)
+
+
+class _Eager:
+    """One cached eager key: the kernel to call on the inputs' arrays (attributes bound, see
+    :func:`~kiln.ops.dispatch.eager_kernel`), and whether the key alone decides the call
+    (``False``: the contents of small inputs are part of the key)."""
+
+    __slots__ = ("kernel", "value_free")
+
+    def __init__(self, kernel: Callable[..., Any], value_free: bool) -> None:
+        self.kernel = kernel
+        self.value_free = value_free
+
+
+_eager: dict[Any, _Eager] = {}
+
+
+def _carries_value(data: np.ndarray) -> bool:
+    """Whether a tensor over ``data`` carries its contents in its type (see ``Tensor.type``)."""
+    kind = data.dtype.kind
+    if kind in "iu":
+        return data.ndim <= 1 and data.size <= _VALUE_LIMIT
+    return kind == "f" and data.ndim == 1 and data.size <= _FLOAT_VALUE_LIMIT
+
+
+def _contents_key(arrays: Sequence[np.ndarray | None]) -> tuple[Any, ...]:
+    return tuple(a.tobytes() if a is not None and _carries_value(a) else None for a in arrays)
+
+
+def _eager_call(
+    op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None
+) -> tuple[Tensor, ...] | None:
+    """The call's outputs through the eager cache, or ``None`` to take the full path."""
+    if type(op) is not str:
+        return None  # an OpDef object (unhashable; maybe not the registry's): the full path
+    arrays: list[np.ndarray | None] = []
+    key: list[Any] = [op, tuple(attrs.items()) if attrs else ()]
+    for t in inputs:
+        if t is None:
+            arrays.append(None)
+            key.append(None)
+            continue
+        data = t._data
+        if data is None:
+            return None  # a recorded tensor outside its trace: the full path explains
+        arrays.append(data)
+        key.append(data.dtype)
+        key.append(data.shape)
+    try:
+        base = tuple(key)
+        entry = _eager.get(base)
+    except TypeError:
+        return None  # an unhashable attribute value (a list): the full path
+    if entry is None:
+        return _eager_first(op, inputs, attrs, arrays, base)
+    if not entry.value_free:
+        entry = _eager.get((base, _contents_key(arrays)))
+        if entry is None:
+            return _eager_first(op, inputs, attrs, arrays, base)
+    try:
+        results = run_quiet(entry.kernel, arrays)
+    except Exception:
+        return None  # the full path validates the call and raises the operator's error
+    wrapped = []
+    for array in results:
+        t = _new_tensor(Tensor)
+        if array.flags.writeable:
+            array = array.view()
+            array.flags.writeable = False
+        t._data = array
+        t._meta = None
+        t._trace = None
+        wrapped.append(t)
+    return tuple(wrapped)
+
+
+_new_tensor = object.__new__
+
+
+def _keyable(value: Any) -> bool:
+    """Whether ``value`` as part of a key tells apart every attribute value that binds
+    differently: not a float zero (``-0.0 == 0.0``) nor a NaN (never equal to itself)."""
+    if isinstance(value, (float, np.floating)):
+        return value != 0.0 and value == value
+    if isinstance(value, tuple):
+        return all(_keyable(v) for v in value)
+    return True
+
+
+def _eager_first(
+    op: str | OpDef,
+    inputs: Sequence[Tensor | None],
+    attrs: Mapping[str, Any] | None,
+    arrays: list[np.ndarray | None],
+    base: tuple[Any, ...],
+) -> tuple[Tensor, ...]:
+    """A call whose key is not cached yet: validated and run as the full path does, and its
+    key cached with the kernel later calls use."""
+    opdef = op if isinstance(op, OpDef) else get_op(op)
+    bound = opdef.bind_attrs(attrs)
+    opdef.check_arity(len(inputs))
+    types = [None if t is None else t.type for t in inputs]
+    outs = opdef.infer(types, bound)  # validates the call; raises errors naming the operator
+    outputs = tuple(Tensor._wrap(a) for a in run_kernel(opdef, arrays, bound))
+    bare = [None if t is None else TensorType(t.dtype, t.shape) for t in types]
+    try:
+        plain = opdef.infer(bare, bound)
+        value_free = [(o.dtype, o.shape) for o in plain] == [(o.dtype, o.shape) for o in outs]
+    except Exception:
+        value_free = False  # ``infer`` needs the contents (a reduction's axes)
+    if attrs and not all(_keyable(v) for v in attrs.values()):
+        return outputs  # not cached: every such call takes the full path
+    try:
+        kernel = eager_kernel(opdef, types, outs, bound)
+    except Exception:
+        return outputs
+    if len(_eager) >= _EAGER_LIMIT:
+        _eager.clear()
+    if value_free and base not in _eager:
+        _eager[base] = _Eager(kernel, True)
+    else:  # once a key's contents mattered, they stay part of it
+        _eager[base] = _Eager(kernel, False)
+        _eager[(base, _contents_key(arrays))] = _Eager(kernel, True)
+    return outputs
+
+
 def dispatch(
     op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None = None
 ) -> tuple[Tensor, ...]:
@@ -494,7 +633,9 @@ def dispatch(
 
     Every computation on a tensor comes through here. While a capture handler is installed
     (:func:`kiln.ops.dispatch.handler_scope`) the call goes to it, and a tracer records it.
-    Otherwise the call is validated with the operator's ``infer`` rule and its CPU kernel runs.
+    Otherwise the call is validated with the operator's ``infer`` rule and its CPU kernel runs;
+    later calls with the same operator, attributes, input dtypes and shapes (see the eager fast
+    path above) skip the validation and run the kernel cached for them.
 
     Returns the tuple of output tensors.
 
@@ -504,10 +645,14 @@ def dispatch(
         >>> y.tolist()
         [0.0, 2.0]
     """
+    handler = handler_now()
+    if handler is None and EAGER_CACHE:
+        outputs = _eager_call(op, inputs, attrs)
+        if outputs is not None:
+            return outputs
     opdef = op if isinstance(op, OpDef) else get_op(op)
     bound = opdef.bind_attrs(attrs)
     opdef.check_arity(len(inputs))
-    handler = current_handler()
     if handler is not None:
         return handler.apply(opdef, inputs, bound)
     types = [None if t is None else t.type for t in inputs]
@@ -524,6 +669,10 @@ def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
         >>> call("Relu", kiln.tensor([-1.0, 2.0])).tolist()
         [0.0, 2.0]
     """
+    if EAGER_CACHE and handler_now() is None:
+        eager = _eager_call(op, inputs, attrs)
+        if eager is not None and len(eager) == 1:
+            return eager[0]
     outputs = dispatch(op, inputs, attrs)
     if len(outputs) != 1:
         name = op if isinstance(op, str) else op.name

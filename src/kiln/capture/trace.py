@@ -7,7 +7,10 @@ values, also runs the kernel, so the traced function sees real results. Its outp
 that carry both the values and a reference to their graph value.
 
 A tensor the function reaches without receiving it (a closure weight, a global, a Python scalar
-turned into a tensor) has no graph value yet and becomes a constant, sharing its memory.
+turned into a tensor) has no graph value yet and becomes a constant, sharing its memory, unless
+the tracer was told it is an implicit input (:meth:`Tracer.lift_implicit`, which
+``kiln.compile`` uses for the arrays of closures, globals and ``self``): then it becomes a graph
+input the first time an operator uses it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..source import user_source
 from ..spec import TensorSpec, check_dynamic_axes_refer
 from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
 from ..tensor import Tensor, call
+from .scalars import TracedFloat
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
 
@@ -38,6 +42,18 @@ class TraceRef:
 
     tracer: Tracer
     value: Value
+
+
+def _pinned(guards: Sequence[ShapeGuard]) -> set[str]:
+    """The symbols that ``guards`` fix to one value (``s0 == 4``)."""
+    return {
+        g.left.name
+        for g in guards
+        if g.op == "=="
+        and isinstance(g.left, SymDim)
+        and g.left.is_symbol()
+        and isinstance(g.right, int)
+    }
 
 
 class Tracer:
@@ -56,6 +72,9 @@ class Tracer:
         self._guard_texts: set[str] = set()
         self._sizes: dict[str, int] = {}  # symbol -> its size in the call being recorded
         self._input_symbols: set[str] = set()  # the symbols the graph's inputs bind
+        # Implicit inputs: id(tensor) -> (tensor, key, name) until first used; then in order.
+        self._implicit: dict[int, tuple[Tensor, Any, str]] = {}
+        self.implicit_inputs: list[tuple[Any, Value]] = []  # (key, graph input), in input order
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -80,6 +99,18 @@ class Tracer:
                 if data is not None:
                     self._sizes.setdefault(d.name, data.shape[axis])
 
+    def lift_implicit(self, t: Tensor, key: Any, name: str) -> None:
+        """Make ``t`` (a concrete tensor the function reaches without receiving it) a graph
+        input called ``name`` the first time an operator uses it, instead of a constant;
+        :attr:`implicit_inputs` then lists it with ``key`` in graph-input order."""
+        self._implicit[id(t)] = (t, key, name)
+
+    def add_implicit(self, t: Tensor, key: Any, name: str) -> None:
+        """Make ``t`` a graph input called ``name`` now (a random draw: the replay must draw
+        even when nothing uses it), listed with ``key`` in :attr:`implicit_inputs`."""
+        self.lift_implicit(t, key, name)
+        self.value_of(t)
+
     # -- the Handler protocol --------------------------------------------------------------
 
     def value_of(self, t: Tensor) -> Value:
@@ -95,6 +126,14 @@ class Tracer:
         if known is not None:
             return known[1]
         assert t._data is not None
+        implicit = self._implicit.pop(id(t), None)
+        if implicit is not None and implicit[0] is t:
+            _, key, name = implicit
+            ttype = TensorType(t._data.dtype, tuple(t._data.shape))
+            value = self.builder.add_input(self.builder.scope.fresh(name), ttype)
+            self._constant_of[id(t)] = (t, value)
+            self.implicit_inputs.append((key, value))
+            return value
         value = self.builder.add_constant(t._data)  # read-only: shares the tensor's memory
         self._constant_of[id(t)] = (t, value)  # holding t keeps id(t) from being reused
         return value
@@ -103,6 +142,9 @@ class Tracer:
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
     ) -> tuple[Tensor, ...]:
         in_values = tuple(None if t is None else self.value_of(t) for t in inputs)
+        if attrs and any(type(v) is TracedFloat for v in attrs.values()):
+            # A float argument made a graph input, given as an attribute: read on the host.
+            attrs = {k: float(v) if type(v) is TracedFloat else v for k, v in attrs.items()}
         outs = self.builder.add(op, in_values, attrs, source=user_source())
         out_types = [v.type for v in outs]
         results: tuple[np.ndarray, ...] | None = None
@@ -204,6 +246,13 @@ class Tracer:
         """The value of ``dim`` in the call being recorded, when known (no guard)."""
         return evaluate(dim, self._sizes) if dim.symbols <= self._sizes.keys() else None
 
+    def array_ufunc(self, ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
+        """A NumPy ufunc over symbolic sizes (``np.sqrt(n)``, ``array * n``), recorded as a
+        kiln call: each size becomes the computation of it from the inputs' shapes."""
+        from ..functions.numpy_protocol import array_ufunc
+
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
     def _guard(self, guard: ShapeGuard) -> None:
         """Keep ``guard`` (once). A guard on sizes that only the graph computes (a NonZero
         count) cannot be checked before a run: it becomes a host read of the comparison's
@@ -213,7 +262,17 @@ class Tracer:
             return
         self._guard_texts.add(text)
         if guard.symbols <= self._input_symbols:
+            # A size pinned to its value (``s0 == 4``: int(n), len(x), range(n)) implies every
+            # other guard on the pinned sizes, which then add nothing.
+            pinned = _pinned(self.shape_guards)
+            if guard.symbols <= pinned:
+                return
             self.shape_guards.append(guard)
+            pinned = _pinned([guard]) | pinned
+            if _pinned([guard]):
+                self.shape_guards = [
+                    g for g in self.shape_guards if _pinned([g]) or not g.symbols <= pinned
+                ]
             return
         if type(self).host_read is Tracer.host_read:
             raise CaptureError(
@@ -608,13 +667,18 @@ def record(
     leaves: Sequence[Any],
     rebuild: Callable[[list[Any]], tuple[tuple[Any, ...], dict[str, Any]]],
     tracer: Tracer,
+    standins: Mapping[int, Callable[[Tensor], Any]] | None = None,
 ) -> Any:
-    """Call ``fn`` with recording tensors in place of the tensor leaves; return its result."""
+    """Call ``fn`` with recording tensors in place of the tensor leaves; return its result.
+    ``standins`` maps a leaf's flat index to what the function receives instead of its
+    recording tensor (a float argument made an input: :mod:`kiln.capture.scalars`)."""
     new_leaves = list(leaves)
     for slot in slots:
         leaf = leaves[slot.index]
         data = None if leaf is None else (leaf._data if isinstance(leaf, Tensor) else leaf)
-        new_leaves[slot.index] = tracer.add_input(slot.name, slot.type, data)
+        t = tracer.add_input(slot.name, slot.type, data)
+        make = None if standins is None else standins.get(slot.index)
+        new_leaves[slot.index] = t if make is None else make(t)
     call_args, call_kwargs = rebuild(new_leaves)
     with handler_scope(tracer), guard_scope(tracer):
         return fn(*call_args, **call_kwargs)

@@ -9,7 +9,7 @@ the ONNX operator, which wants matching dtypes, sees exactly what NumPy would co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ __all__ = [
     "same_dtype_operands",
     "constant",
     "shape_tensor",
+    "size_scalar",
 ]
 
 _PY_SCALARS = (bool, int, float)
@@ -43,6 +44,11 @@ def constant(value: Any, dtype: np.dtype | None = None) -> Tensor:
 
     Raises ``OverflowError`` as NumPy 2 does when a Python int does not fit ``dtype``.
     """
+    if type(value) is not float and isinstance(value, float) and hasattr(value, "__kiln_tensor__"):
+        # [issue 11, H5] a float argument kiln.compile made a 0-d graph input: a weak scalar
+        # carrying its recording tensor (kiln.capture.scalars), used instead of a constant
+        traced: Tensor = value.__kiln_tensor__
+        return traced if dtype is None or traced.dtype == dtype else cast(traced, dtype)
     array = np.asarray(value, dtype=dtype)
     if array.dtype not in dtypes.ALL_DTYPES:
         raise OpTypeError(f"kiln does not support dtype {array.dtype} (from {value!r})")
@@ -58,6 +64,8 @@ def as_tensor(x: Any, dtype: np.dtype | None = None) -> Tensor:
         return x if dtype is None or x.dtype == dtype else cast(x, dtype)
     if isinstance(x, (np.ndarray, np.generic)) or is_scalar(x):
         return constant(x, dtype)
+    if isinstance(x, SymDim):
+        return size_scalar(x, dtype)
     if isinstance(x, (list, tuple)):
         return constant(
             np.asarray([np.asarray(as_tensor(v)) if isinstance(v, Tensor) else v for v in x]), dtype
@@ -91,6 +99,8 @@ def _dtype_of(x: Any) -> Any:
         return int
     if isinstance(x, float):
         return float
+    if isinstance(x, SymDim):
+        return int  # a size is a Python int: weak, as NEP 50 says
     raise TypeError(f"expected a tensor, an array or a Python scalar, got {type(x).__name__}")
 
 
@@ -105,17 +115,70 @@ def ufunc_operands(
         >>> a.dtype, b.dtype, out
         (dtype('float64'), dtype('float64'), dtype('float64'))
     """
-    kinds = tuple(_dtype_of(x) for x in operands)
+    kinds = tuple(
+        [
+            x._data.dtype if type(x) is Tensor and x._data is not None else _operand_kind(x)
+            for x in operands
+        ]
+    )
+    key = (ufunc, kinds)
+    hit = _resolved.get(key)
+    if hit is None:
+        hit = _resolved[key] = _resolve_loop(ufunc, kinds, name)
+    loop, out, convert = hit
+    if convert is None:
+        return list(operands), out  # tensors already of their loop dtypes: the common case
+    return [x if f is None else f(x, dt) for x, f, dt in zip(operands, convert, loop)], out
+
+
+_ARRAY = "array"
+
+
+def _operand_kind(x: Any) -> Any:
+    """What the ufunc resolution cache keys an operand by: a tensor's dtype; ``(_ARRAY,
+    kind)`` for a NumPy array or scalar, a Python bool or a symbolic size, which
+    :func:`as_tensor` converts; the Python type of a weak Python scalar."""
+    if isinstance(x, Tensor):
+        return x.dtype
+    kind = _dtype_of(x)
+    if isinstance(kind, np.dtype) or isinstance(x, SymDim):
+        return (_ARRAY, kind)  # converted by as_tensor (a symbolic size: recorded)
+    return kind
+
+
+# (ufunc, operand kinds) -> (the dtypes it computes in, its output dtype, how each operand
+# becomes its operator input: None for a tensor of its loop dtype already, else ``cast``,
+# ``constant`` or ``as_tensor``; the whole tuple None when no operand needs anything). The kinds
+# are dtypes and Python scalar types, so the table stays small; resolving is pure, so it serves
+# the eager path and captures alike.
+_Converter = Callable[[Any, np.dtype], Tensor]
+_resolved: dict[tuple[Any, ...], tuple[tuple[np.dtype, ...], np.dtype, Any]] = {}
+
+
+def _resolve_loop(
+    ufunc: np.ufunc, kinds: tuple[Any, ...], name: str | None
+) -> tuple[tuple[np.dtype, ...], np.dtype, tuple[_Converter | None, ...] | None]:
+    plain = tuple(k[1] if type(k) is tuple else k for k in kinds)
     try:
-        resolved = ufunc.resolve_dtypes(kinds + (None,) * ufunc.nout)
+        resolved = ufunc.resolve_dtypes(plain + (None,) * ufunc.nout)
     except (TypeError, np.exceptions.DTypePromotionError) as exc:
-        shown = ", ".join(getattr(k, "__name__", str(k)) for k in kinds)
+        shown = ", ".join(getattr(k, "__name__", str(k)) for k in plain)
         raise OpTypeError(
             f"{name or ufunc.__name__}: no implementation for operand dtypes ({shown}): {exc}"
         ) from None
-    loop = resolved[: len(operands)]
-    tensors = [as_tensor(x, dtypes.as_dtype(dt)) for x, dt in zip(operands, loop)]
-    return tensors, dtypes.as_dtype(resolved[len(operands)])
+    loop = tuple(dtypes.as_dtype(dt) for dt in resolved[: len(kinds)])
+    convert = tuple(_converter(k, dt) for k, dt in zip(kinds, loop))
+    return loop, dtypes.as_dtype(resolved[len(kinds)]), None if not any(convert) else convert
+
+
+def _converter(kind: Any, dtype: np.dtype) -> _Converter | None:
+    # Only a tensor's kind is a bare dtype (``np.dtype == int`` holds for int64: never compare
+    # a Python type with a dtype).
+    if isinstance(kind, np.dtype):
+        return None if kind == dtype else cast
+    if kind in (int, float):
+        return constant  # a weak Python scalar (``OverflowError`` where it does not fit)
+    return as_tensor
 
 
 def same_dtype_operands(*operands: Any, name: str) -> list[Tensor]:
@@ -129,9 +192,22 @@ def same_dtype_operands(*operands: Any, name: str) -> list[Tensor]:
 def _weak_or_dtype(x: Any) -> Any:
     if is_scalar(x):
         return x
+    if isinstance(x, SymDim):
+        return 0  # a weak Python int
     if isinstance(x, (list, tuple)):
         return np.asarray(x).dtype
     return _dtype_of(x)
+
+
+def size_scalar(d: SymDim, dtype: np.dtype | None = None) -> Tensor:
+    """A symbolic size used as a number (``x / x.shape[0]``): a recorded 0-d int64 tensor
+    computed from the graph inputs' shapes (``Shape`` -> arithmetic), cast to ``dtype``."""
+    handler = current_handler()
+    if handler is None:
+        raise CaptureError(f"the symbolic size {d} can only be used inside a trace")
+    flat = handler.size_tensor(d)
+    scalar = call("Reshape", flat, constant(np.zeros(0, dtype=np.int64)))
+    return scalar if dtype is None else cast(scalar, dtype)
 
 
 def shape_tensor(dims: Sequence[Dim | Tensor]) -> Tensor:

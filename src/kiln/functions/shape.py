@@ -23,7 +23,16 @@ from .. import dtypes
 from ..errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
 from ..ops.rules import normalize_axis
 from ..ops.shape import INT64_MAX, INT64_MIN
-from ..symbolic import Dim, Shape, SymDim, broadcast_shapes, format_shape
+from ..symbolic import (
+    Dim,
+    Shape,
+    SymDim,
+    broadcast_shapes,
+    decide,
+    describe,
+    floordiv,
+    format_shape,
+)
 from ..tensor import Tensor, call, dispatch
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, is_scalar, same_dtype_operands, shape_tensor
@@ -260,16 +269,18 @@ def squeeze(a: Any, axis: Any = None) -> Tensor:
     """
     x = as_tensor(a)
     if axis is None:
-        if not all(_static(d) for d in x.shape):
-            raise ValueError(
-                f"squeeze() of the symbolic shape {format_shape(x.shape)}: which axes have size "
-                "1 is unknown until the graph runs; pass axis="
-            )
-        axes = tuple(i for i, d in enumerate(x.shape) if d == 1)
+        # A symbolic size is judged by the call being captured (a shape guard ``d == 1`` or
+        # ``d != 1``), so the graph holds for the sizes that squeeze the same axes.
+        axes = tuple(
+            i
+            for i, d in enumerate(x.shape)
+            if decide(d, "==", 1, what=f"squeeze() of shape {format_shape(x.shape)}, axis {i}")
+        )
     else:
         axes = _axes(axis, x.ndim)
         for i in axes:
-            if _static(x.shape[i]) and x.shape[i] != 1:
+            what = f"squeeze(axis={i}) of shape {format_shape(x.shape)}"
+            if not decide(x.shape[i], "==", 1, assume=True, what=what):
                 raise ValueError(
                     "cannot select an axis to squeeze out which has size not equal to one"
                 )
@@ -463,10 +474,9 @@ def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tenso
         raise ValueError("number sections must be larger than 0.")
     d = t.shape[a]
     if not _static(d):
-        raise ValueError(
-            f"array_split into {n} sections of the symbolic size {d}: the piece sizes depend "
-            "on the size; use split() with a divisible size or explicit indices"
-        )
+        # Piece i has (d + n - 1 - i) // n entries: the first d % n pieces are one longer.
+        pieces = [floordiv(d + (n - 1 - i), n) for i in range(n)]
+        return list(dispatch("Split", [t, shape_tensor(pieces)], {"axis": a}))
     each, extra = divmod(int(d), n)
     sizes = [each + 1] * extra + [each] * (n - extra)
     return list(dispatch("Split", [t, _i64(sizes)], {"axis": a}))
@@ -985,7 +995,19 @@ def _slice_bounds(s: slice, d: Dim) -> tuple[Any, Any, int] | None:
 
 
 def _int_bounds(i: Any, axis: int, d: Dim) -> tuple[Any, Any]:
-    if isinstance(i, SymDim):
+    if isinstance(i, SymDim) or not _static(d):
+        # A symbolic index or size: NumPy's bounds check and negative wrap, decided by the
+        # call being captured (shape guards), so other sizes re-capture rather than misread.
+        what = f"index {i} on axis {axis} of size {d}"
+        negative = decide(i, "<", 0, assume=isinstance(i, int) and i < 0, what=what)
+        inside = decide(d + i, ">=", 0, assume=True, what=what) if negative else True
+        inside = inside and decide(i, "<", d, assume=True, what=what)
+        if not inside:
+            raise IndexError(
+                f"index {describe(i)} is out of bounds for axis {axis} with size {describe(d)}"
+            )
+        if negative:
+            return d + i, (INT64_MAX if i == -1 else d + i + 1)
         return i, i + 1
     if _static(d):
         if not -d <= i < d:  # type: ignore[operator]

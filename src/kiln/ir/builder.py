@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import KilnError, OpArgumentError, OpTypeError
 from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
-from ..symbolic import Dim, SymDim
+from ..symbolic import Dim, SymDim, is_fresh
 from ..tensor import asarray
 from .graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
 
@@ -298,7 +298,7 @@ def _fits(recorded: TensorType, inferred: TensorType, data_dependent: bool) -> b
     if recorded.dtype != inferred.dtype or len(recorded.shape) != len(inferred.shape):
         return False
     return all(
-        r == i or (data_dependent and isinstance(i, SymDim))
+        r == i or (data_dependent and isinstance(i, SymDim)) or is_fresh(i)
         for r, i in zip(recorded.shape, inferred.shape)
     )
 

@@ -20,7 +20,7 @@ from ..device import as_place
 from ..errors import GraphNotFinalizedError, GraphValidationError
 from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
 from ..spec import TensorSpec
-from ..symbolic import ShapeGuard, SymDim, format_shape
+from ..symbolic import ShapeGuard, SymDim, format_shape, is_fresh
 from .printer import format_graph
 
 if TYPE_CHECKING:
@@ -426,7 +426,7 @@ def _types_agree(recorded: TensorType, inferred: TensorType, data_dependent: boo
     for r, i in zip(recorded.shape, inferred.shape):
         if r == i:
             continue
-        if data_dependent and isinstance(i, SymDim):
+        if (data_dependent and isinstance(i, SymDim)) or is_fresh(i):
             continue
         return False
     return True

@@ -291,6 +291,12 @@ def _reshape_infer(
     data = require("Reshape", "data", types[0])
     shape = require("Reshape", "shape", types[1])
     _vector("Reshape", "shape", shape)
+    if shape.value is None and shape.shape and isinstance(shape.shape[0], int):
+        # A target shape computed at run time: its rank is known, its sizes when it runs.
+        rank = shape.shape[0]
+        if rank == 1:
+            return [_typed(data.dtype, (prod(data.shape),), data.value)]
+        return [TensorType(data.dtype, tuple(fresh_symbol("reshape") for _ in range(rank)))]
     spec = _known("Reshape", "shape", shape)
     out = _reshape_target("Reshape", data.shape, spec, attrs["allowzero"])
     return [_typed(data.dtype, out, data.value)]
@@ -931,8 +937,8 @@ def _slice_params(
     for arg, t in (("starts", starts_t), ("ends", ends_t), ("axes", axes_t), ("steps", steps_t)):
         if t is not None:
             _vector(op, arg, t, _INDEX)
-    starts = _known(op, "starts", starts_t)
-    ends = _known(op, "ends", ends_t)
+    starts = _known_or_unknown(op, "starts", starts_t)
+    ends = _known_or_unknown(op, "ends", ends_t)
     if len(starts) != len(ends):
         raise OpArgumentError(
             f"{op}: 'starts' has {len(starts)} entries but 'ends' has {len(ends)}"
@@ -958,11 +964,26 @@ def _slice_params(
     return list(zip(axes, starts, ends, steps))
 
 
+def _known_or_unknown(op: str, arg: str, t: TensorType) -> tuple[Dim | None, ...]:
+    """The known contents of a 1-D ``arg``, or one None per entry when it is computed at run
+    time (its length must be static)."""
+    if t.value is not None:
+        return t.value
+    n = t.shape[0] if t.shape else None
+    if not isinstance(n, int):
+        return _known(op, arg, t)  # raises: not even the number of entries is known
+    return (None,) * n
+
+
 def _slice_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     data = require("Slice", "data", types[0])
     shape = list(data.shape)
     value: tuple[Dim, ...] | None = data.value
     for axis, start, end, step in _slice_params("Slice", data, types):
+        if start is None or end is None:  # bounds computed at run time (from data)
+            shape[axis] = fresh_symbol("slice")  # known when the graph runs
+            value = None
+            continue
         first, length = _slice_dim(data.shape[axis], start, end, step)
         shape[axis] = length
         if value is not None and isinstance(start, int) and isinstance(end, int):

@@ -1,0 +1,237 @@
+"""Sizes that behave like ints (issue 11 item 7): a dynamic axis used in arithmetic, as a
+Python number, in comparisons and in NumPy calls gives NumPy's answer on every call."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.symbolic import broadcast_dim, specialize, symbol
+
+KERNELS = {
+    "divide": lambda x: x / x.shape[0],
+    "mean": lambda x: x.sum(0) / x.shape[0],
+    "center": lambda x: x - x.sum(0) / x.shape[0],
+    "tanh_times": lambda x: np.tanh(x) * x.shape[0],
+    "size_times_tensor": lambda x: (x.shape[0] - 1) * x,
+    "ufunc_of_size": lambda x: x / np.sqrt(x.shape[0]),
+    "true_division": lambda x: x * (x.shape[0] / 2),
+    "len": lambda x: x * len(x),
+    "arange": lambda x: x + np.arange(x.shape[0]).reshape(-1, 1),
+    "range": lambda x: sum(x[i] for i in range(x.shape[0])),
+    "greater": lambda x: x * 2 if x.shape[0] > 6 else x * 3,
+    "equal_one": lambda x: x * 2 if x.shape[0] == 1 else x,
+    "int": lambda x: x * int(x.shape[0]),
+    "float": lambda x: x * float(x.shape[0]),
+    "squeeze": lambda x: np.squeeze(x[:, :1]),
+    "array_split": lambda x: np.array_split(x, 3),
+    "slice_half": lambda x: x[x.shape[0] // 2 :],
+    "reshape_product": lambda x: (x + 0).reshape(x.shape[0] * x.shape[1], -1),
+    "float_arithmetic": lambda x: x * (x.shape[0] - 0.5) + (2.5 * x.shape[0]),
+    "numpy_int_arithmetic": lambda x: x * (x.shape[0] + np.int64(1)),
+    "size_over_tensor": lambda x: x.shape[0] / (x + 1),
+    "numpy_scalar_reflected": lambda x: x * (np.float32(0.5) * x.shape[0]),
+    "numpy_scalar_division": lambda x: x + x.shape[0] / np.float32(2),
+    # kiln's own code needing a concrete int specializes the size too
+    "split_points": lambda x: np.split(x, [x.shape[0] // 2])[1],
+    "tile": lambda x: np.tile(x, (x.shape[1], 1)),
+    "pad": lambda x: np.pad(x, ((0, x.shape[0]), (0, 0))),
+}
+
+
+def _check(got, want):
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _check(g, w)
+        return
+    got = np.asarray(got)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["drift", "dynamic"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_sizes_behave_like_ints(name, dynamic):
+    fn = KERNELS[name]
+    cf = kiln.compile(fn, dynamic=dynamic)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: everything is captured
+        for n in (4, 5, 7, 1, 4, 8, 5):
+            x = rng.random((n, 3), dtype=np.float32)
+            _check(cf(x), fn(x))
+    assert cf.state == kiln.State.Compiled
+
+
+def test_size_is_a_weak_int():
+    # NumPy: float32 / Python int stays float32; int8 * int stays int8.
+    cf = kiln.compile(lambda x: (x / x.shape[0], x.astype(np.int8) * x.shape[1]), dynamic=True)
+    for n in (3, 6):
+        x = np.ones((n, 2), np.float32)
+        a, b = cf(x)
+        assert a.dtype == np.float32 and b.dtype == np.int8
+        np.testing.assert_array_equal(a, x / n)
+        np.testing.assert_array_equal(b, np.full((n, 2), 2, np.int8))
+
+
+def test_division_by_size_is_recorded_not_specialized():
+    cf = kiln.compile(lambda x: x - x.sum(0) / x.shape[0], dynamic=True)
+    for n in (2, 3, 4, 5, 6, 7, 9, 10, 11, 12):
+        x = np.arange(n * 2, dtype=np.float64).reshape(n, 2)
+        _check(cf(x), x - x.sum(0) / n)
+    assert cf.recapture_count == 0
+
+
+def test_len_specializes_with_a_guard():
+    cf = kiln.compile(lambda x: x * len(x), dynamic=True)
+    _check(cf(np.ones((3, 2))), np.full((3, 2), 3.0))
+    _check(cf(np.ones((5, 2))), np.full((5, 2), 5.0))  # the guard len == 3 re-captures
+    assert cf.recapture_count == 1
+
+
+def test_squeeze_guard_follows_the_size():
+    cf = kiln.compile(lambda x: np.squeeze(x), dynamic=True)
+    for n in (1, 3, 1):
+        x = np.arange(n * 2.0).reshape(n, 2, 1)
+        _check(cf(x), np.squeeze(x))
+
+
+def test_squeeze_axis_of_a_dynamic_size_other_than_one_raises_like_numpy():
+    cf = kiln.compile(lambda x: np.squeeze(x, axis=0), dynamic=True)
+    with pytest.raises(ValueError):
+        cf(np.ones((3, 2)))
+
+
+def test_array_split_of_a_dynamic_axis_is_recorded():
+    cf = kiln.compile(lambda x: np.array_split(x, 3), dynamic=True)
+    for n in (7, 8, 9, 1, 0, 2):
+        x = np.arange(n, dtype=np.float64)
+        _check(cf(x), np.array_split(x, 3))
+    assert cf.recapture_count == 0
+
+
+def test_size_outside_a_capture_has_no_value():
+    b = symbol("B")
+    with pytest.raises(TypeError, match="no value"):
+        specialize(b, "int(B)")
+    with pytest.raises(TypeError):
+        int(b)
+    with pytest.raises(TypeError):
+        b / 2
+
+
+def test_broadcast_absorbs_a_size_already_broadcast():
+    b, c = symbol("B"), symbol("C")
+    bc = broadcast_dim(b, c)
+    assert broadcast_dim(bc, c) == bc
+    assert broadcast_dim(c, bc) == bc
+    assert broadcast_dim(bc, broadcast_dim(c, b)) == bc
+
+
+FUZZ_PROGRAMS = {  # tools/fuzz.py 1:2695 and 1:2787 under dynamic=True
+    "slice_start_from_broadcast": (
+        lambda a, b: np.square(np.remainder(a, b).any(axis=-1))[np.remainder(a, b).shape[0] // 2 :],
+        ((2, 1), (2, 1)),
+        ((0, 1), (0, 1)),
+    ),
+    "reshape_from_broadcast": (
+        lambda a, b: (a >= b).reshape((a >= b).shape[0] * (a >= b).shape[-1], -1),
+        ((2, 2), (2, 2)),
+        ((1, 2), (1, 2)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUZZ_PROGRAMS))
+def test_shape_inputs_computed_at_run_time(name):
+    fn, shapes, drift = FUZZ_PROGRAMS[name]
+    cf = kiln.compile(fn, dynamic=True)
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # captured, not served eagerly
+        for call_shapes in (shapes, shapes, drift):
+            args = [rng.standard_normal(s) for s in call_shapes]
+            _check(cf(*args), fn(*args))
+    assert cf.state == kiln.State.Compiled
+
+
+def test_shape_inputs_computed_at_run_time_infer_fresh_sizes():
+    from kiln.ops.registry import TensorType, get_op
+    from kiln.symbolic import is_fresh
+
+    f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
+    (out,) = get_op("Reshape").infer(
+        [TensorType(f32, (2, 3)), TensorType(i64, (2,))], {"allowzero": 0}
+    )
+    assert len(out.shape) == 2 and all(is_fresh(d) for d in out.shape)
+    (flat,) = get_op("Reshape").infer(
+        [TensorType(f32, (2, 3)), TensorType(i64, (1,))], {"allowzero": 0}
+    )
+    assert flat.shape == (6,)
+    starts = TensorType(i64, (1,), (0,))
+    (part,) = get_op("Slice").infer([TensorType(f32, (3, 4)), starts, TensorType(i64, (1,))], {})
+    assert is_fresh(part.shape[0]) and part.shape[1] == 4
+
+
+def test_index_by_a_size_out_of_bounds_raises_index_error_like_numpy():
+    # tools/fuzz.py 1:3267: a[a.shape[0] - 1] with a drifted to size 0
+    def fn(a):
+        return a[a.shape[0] - 1]
+
+    for dynamic in (None, True):
+        cf = kiln.compile(fn, dynamic=dynamic)
+        for n in (4, 4, 3):
+            x = np.arange(n * 3.0).reshape(n, 3)
+            _check(cf(x), fn(x))
+        with pytest.raises(IndexError):
+            fn(np.zeros((0, 3)))
+        with pytest.raises(IndexError):
+            cf(np.zeros((0, 3)))
+
+
+def test_static_index_on_a_dynamic_axis_wraps_and_checks_bounds():
+    def fn(a):
+        return a[-2] + a[1]
+
+    cf = kiln.compile(fn, dynamic=True)
+    for n in (4, 2, 6):
+        x = np.arange(n * 2.0).reshape(n, 2)
+        _check(cf(x), fn(x))
+    with pytest.raises(IndexError):
+        cf(np.zeros((1, 2)))
+
+
+W = np.linspace(1.0, 2.0, 3)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: x + W * x.shape[0], lambda x: x / np.sqrt(x.shape[0])],
+    ids=["array_times_size", "sqrt_of_size"],
+)
+def test_numpy_ufuncs_of_a_size_are_recorded(fn):
+    cf = kiln.compile(fn, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (2, 3, 5, 7, 9, 11, 13, 15, 17, 19):
+            x = np.ones((n, 3))
+            _check(cf(x), fn(x))
+    assert cf.recapture_count == 0
+
+
+def test_numpy_functions_taking_numbers_specialize_the_size():
+    def fn(x):
+        return x * np.linspace(0.0, 1.0, x.shape[0])[:, None] + np.arange(len(x))[:, None]
+
+    cf = kiln.compile(fn, dynamic=True)
+    for n in (3, 3, 4):
+        x = np.ones((n, 2))
+        _check(cf(x), fn(x))
+    assert cf.recapture_count == 1  # the guard s0 == 3 re-captured for 4
+    x = np.ones((4, 2))
+    _check(cf(x), fn(x))
+    assert cf.recapture_count == 1
