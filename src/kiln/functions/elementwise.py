@@ -24,6 +24,7 @@ from ..errors import OpArgumentError, OpTypeError
 from ..tensor import Tensor, call
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, same_dtype_operands, ufunc_operands
+from .shape import nonzero
 
 __all__ = [
     "add",
@@ -105,14 +106,10 @@ __all__ = [
 _BOOL = dtypes.bool_
 
 
-def _resolve(
-    ufunc: np.ufunc, *operands: Any, name: str | None = None
-) -> tuple[list[Tensor], np.dtype]:
-    """:func:`kiln.functions.operands.ufunc_operands`, with Python bools passed as NumPy bools
-    (NEP 50 treats ``True`` like ``np.True_``, and ``ufunc.resolve_dtypes`` rejects the type
-    ``bool``)."""
-    fixed = [np.bool_(x) if isinstance(x, bool) else x for x in operands]
-    return ufunc_operands(ufunc, *fixed, name=name)
+# The operands cast to the dtypes the ufunc computes in, and its output dtype. A Python bool
+# acts as ``np.bool_`` (NEP 50), which ``ufunc_operands`` already resolves it as; the
+# resolution is cached per (ufunc, operand dtypes), part of the eager fast path.
+_resolve = ufunc_operands
 
 
 def _is_half(dtype: np.dtype) -> bool:
@@ -1013,8 +1010,8 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Tensor:
     """``x`` where ``condition`` is true, else ``y``; all three broadcast together, ``x`` and
     ``y`` promote to their NumPy result type.
 
-    ``where(condition)`` with one argument is :func:`kiln.nonzero` (its output shape depends
-    on the data); call that instead.
+    ``where(condition)`` with one argument is :func:`kiln.nonzero`, as in NumPy (its output
+    shape depends on the data).
 
     Example:
         >>> import kiln
@@ -1022,10 +1019,7 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Tensor:
         [1.0, 6.0]
     """
     if x is None and y is None:
-        raise OpArgumentError(
-            "where(condition) with one argument returns the indices of non-zero elements; "
-            "use kiln.nonzero(condition) for that, or pass both x and y"
-        )
+        return nonzero(condition)  # type: ignore[return-value]
     if x is None or y is None:
         raise OpArgumentError("where: either both or neither of x and y should be given")
     cond = as_tensor(condition)

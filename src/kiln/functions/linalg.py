@@ -24,6 +24,7 @@ from ..ops.linalg import MATMUL_DTYPES
 from ..ops.rules import normalize_axis
 from ..symbolic import decide, describe
 from ..tensor import Tensor, call
+from . import reduce
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, shape_tensor, ufunc_operands
 from .reduce import normalize_axis_arg
@@ -284,36 +285,72 @@ def einsum(
 
 @implements(np.linalg.norm)
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
-    """NumPy's ``np.linalg.norm`` for ``ord=None`` (2-norm of vectors, Frobenius norm of
-    matrices and flattened arrays), ``ord='fro'`` on matrices and ``ord=1``/``ord=2`` on
-    vectors. Integers give float64.
+    """NumPy's ``np.linalg.norm``: ``ord=None`` (2-norm of vectors, Frobenius norm of matrices
+    and flattened arrays); on vectors ``ord`` = ``inf``, ``-inf``, 0, 1, 2 or any other number
+    (``sum(abs(x)**ord)**(1/ord)``); on matrices ``'fro'``, 1, -1, ``inf``, ``-inf``. Integers
+    give float64. The matrix orders that need singular values (2, -2, ``'nuc'``) are not
+    implemented (a NumPy call falls back).
 
     Example:
         >>> import kiln
-        >>> kiln.norm(kiln.tensor([3.0, 4.0])).item()
-        5.0
+        >>> kiln.norm(kiln.tensor([3.0, 4.0])).item(), kiln.norm(kiln.tensor([3.0, -4.0]), 1).item()
+        (5.0, 7.0)
     """
     t = as_tensor(x)
     if not dtypes.is_floating(t.dtype):
         t = cast(t, dtypes.float64)
     axes = normalize_axis_arg("norm", axis, t.ndim)
     reduced = t.ndim if axes is None else len(axes)
-    if ord is None:
-        op = "ReduceL2"
-    elif ord == "fro" and reduced == 2:
-        op = "ReduceL2"
-    elif ord == 2 and reduced == 1:
-        op = "ReduceL2"
-    elif ord == 1 and reduced == 1:
-        op = "ReduceL1"
-    else:
-        raise UnsupportedOperationError(
-            f"norm: ord={ord!r} over {reduced} axes is not supported by kiln; supported are "
-            "ord=None, 'fro' (matrices), 1 and 2 (vectors)"
-        )
+    if ord is None or (ord == "fro" and reduced == 2) or (ord == 2 and reduced == 1):
+        return _reduce_axes("ReduceL2", t, axes, keepdims)
+    if reduced == 1 and not isinstance(ord, str):
+        return _vector_norm(t, float(ord), axes, keepdims)
+    if reduced == 2 and not isinstance(ord, str) and ord in (1, -1, np.inf, -np.inf):
+        order = (0, 1) if axis is None else tuple(_matrix_axis(a, t.ndim) for a in axis)
+        return _matrix_norm(t, float(ord), order, keepdims)
+    raise UnsupportedOperationError(
+        f"norm: ord={ord!r} over {reduced} axes is not supported by kiln; supported are "
+        "ord=None, 'fro', 1, -1, inf, -inf (matrices) and any number (vectors)"
+    )
+
+
+def _reduce_axes(op: str, t: Tensor, axes: tuple[int, ...] | None, keepdims: bool) -> Tensor:
     if axes is None:
-        result = call(op, t, keepdims=int(keepdims))
-    else:
-        axes_t = constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
-        result = call(op, t, axes_t, keepdims=int(keepdims), noop_with_empty_axes=int(not axes))
-    return result
+        return call(op, t, keepdims=int(keepdims))
+    axes_t = constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+    return call(op, t, axes_t, keepdims=int(keepdims), noop_with_empty_axes=int(not axes))
+
+
+def _vector_norm(t: Tensor, ord: float, axes: tuple[int, ...] | None, keepdims: bool) -> Tensor:
+    """NumPy's vector norms other than 2: max/min of ``abs``, the count of nonzeros, and
+    ``sum(abs(x)**ord)**(1/ord)`` (computed as NumPy does, in the input's float dtype)."""
+    magnitude = call("Abs", t)
+    if ord == np.inf:
+        return reduce.max(magnitude, axis=axes, keepdims=keepdims)
+    if ord == -np.inf:
+        return reduce.min(magnitude, axis=axes, keepdims=keepdims)
+    if ord == 0:
+        nonzero = cast(call("Not", call("Equal", t, constant(np.zeros((), t.dtype)))), t.dtype)
+        return reduce.sum(nonzero, axis=axes, keepdims=keepdims)
+    if ord == 1:
+        return _reduce_axes("ReduceL1", t, axes, keepdims)
+    powered = call("Pow", magnitude, constant(np.asarray(ord, dtype=t.dtype)))
+    total = reduce.sum(powered, axis=axes, keepdims=keepdims)
+    return call("Pow", total, constant(np.reciprocal(np.asarray(ord, dtype=t.dtype))))
+
+
+def _matrix_axis(axis: Any, ndim: int) -> int:
+    return normalize_axis("norm", operator.index(axis), ndim, scalar=False, numpy_wording=True)
+
+
+def _matrix_norm(t: Tensor, ord: float, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+    """NumPy's matrix norms 1, -1 (extreme column sum of ``abs``) and inf, -inf (row sum)."""
+    row_axis, col_axis = axes
+    if abs(ord) == np.inf:
+        row_axis, col_axis = col_axis, row_axis
+    sums = reduce.sum(call("Abs", t), axis=row_axis, keepdims=True)
+    extreme = reduce.max if ord > 0 else reduce.min
+    result = extreme(sums, axis=col_axis, keepdims=True)
+    if keepdims:
+        return result
+    return call("Squeeze", result, constant(np.asarray(sorted(axes), dtype=np.int64)))

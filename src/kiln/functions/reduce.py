@@ -9,6 +9,10 @@ and ``mean`` of float16 in float32. Where an operator does not take a dtype that
 
 ``axis`` may be ``None`` (every axis), an int, a negative int, or a tuple of them; ``()`` reduces
 nothing. The ufunc reduce methods are registered too: ``np.add.reduce(t)`` is ``sum(t, axis=0)``.
+
+NumPy's ``where=`` mask and ``initial=`` value are recorded exactly: the masked-out elements are
+replaced by the reduction's identity (or ``initial``) before reducing, and ``initial`` joins the
+result (``sum``/``prod``/``max``/``min``/``any``/``all``/``mean`` and the ufunc reduce methods).
 """
 
 from __future__ import annotations
@@ -61,13 +65,15 @@ class _Unset:
 _UNSET: Any = _Unset()
 _ARGMAX_DTYPES = frozenset(dtypes.NUMERIC_DTYPES)
 _TOPK_DTYPES = frozenset(dtypes.NUMERIC_DTYPES)
+_ELEMENTWISE_ORDERED = ORDERED_DTYPES - {dtypes.bool_}  # what Max/Min take
 
 
 # -- helpers -------------------------------------------------------------------------------
 
 
 def _reject(name: str, **options: Any) -> None:
-    """Raise for NumPy options kiln does not implement (given and not at their default)."""
+    """Raise for NumPy options kiln does not implement (given and not at their default); a
+    NumPy call on kiln tensors then falls back (see :mod:`kiln.functions.numpy_protocol`)."""
     if options.get("out") is not None:
         raise TypeError(
             f"{name}(..., out=...): kiln tensors are immutable; use the returned value instead"
@@ -79,6 +85,50 @@ def _reject(name: str, **options: Any) -> None:
         raise UnsupportedOperationError(
             f"{name}(..., {option}=...) is not supported by kiln; compute it from the plain "
             f"reduction instead (e.g. kiln.where before reducing, or combine afterwards)"
+        )
+
+
+def _given(option: Any) -> bool:
+    return option is not _UNSET
+
+
+def _masked(name: str, x: Tensor, where: Any, fill: Any) -> Tensor:
+    """``x`` with the elements outside NumPy's ``where=`` mask replaced by ``fill`` (the
+    reduction's identity or ``initial``), so that reducing it reduces the masked elements."""
+    if where is _UNSET or where is True:
+        return x
+    mask = as_tensor(where)
+    if mask.dtype != dtypes.bool_:
+        mask = cast(mask, dtypes.bool_)
+    if mask.ndim > x.ndim or builtins.any(
+        not (isinstance(m, int) and m == 1) and m != d
+        for m, d in zip(mask.shape[::-1], x.shape[::-1], strict=False)
+    ):
+        raise ValueError(
+            f"{name}: the where= mask of shape {describe(mask.shape)} does not broadcast to the "
+            f"input's shape {describe(x.shape)}"
+        )
+    if tuple(mask.shape) != tuple(x.shape):
+        mask = call("Expand", mask, call("Shape", x))
+    return call("Where", mask, x, constant(np.asarray(fill).astype(x.dtype)))
+
+
+def _with_initial(op: str, result: Tensor, initial: Any, supported: frozenset[np.dtype]) -> Tensor:
+    """``op(result, initial)``: NumPy's ``initial=`` joining a reduction's result."""
+    if initial is _UNSET:
+        return result
+    value = np.asarray(initial).astype(result.dtype)
+
+    def combine(t: Tensor) -> Tensor:
+        return call(op, t, constant(value.astype(t.dtype)))
+
+    return _in_supported(result, supported, combine)
+
+
+def _check_initial(initial: Any) -> None:
+    if initial is not _UNSET and (initial is None or np.ndim(initial) != 0):
+        raise UnsupportedOperationError(
+            f"initial={initial!r}: kiln records a scalar initial value only"
         )
 
 
@@ -231,13 +281,14 @@ def sum(  # noqa: A001 - NumPy's name
         >>> kiln.sum(t, axis=-1).tolist(), kiln.sum(t).dtype
         ([3, 7], dtype('int64'))
     """
-    _reject("sum", out=out, initial=initial, where=where)
+    _reject("sum", out=out)
+    _check_initial(initial)
     x = as_tensor(a)
     target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
     axes = normalize_axis_arg("sum", axis, x.ndim)
-    return _in_supported(
-        cast(x, target), ACCUMULATE_DTYPES, lambda t: _reduce("ReduceSum", t, axes, keepdims)
-    )
+    x = _masked("sum", cast(x, target), where, 0)
+    total = _in_supported(x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceSum", t, axes, keepdims))
+    return _with_initial("Add", total, initial, ACCUMULATE_DTYPES)
 
 
 @implements(np.prod)
@@ -257,13 +308,14 @@ def prod(
         >>> kiln.prod(kiln.tensor([[1, 2], [3, 4]]), axis=0).tolist()
         [3, 8]
     """
-    _reject("prod", out=out, initial=initial, where=where)
+    _reject("prod", out=out)
+    _check_initial(initial)
     x = as_tensor(a)
     target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
     axes = normalize_axis_arg("prod", axis, x.ndim)
-    return _in_supported(
-        cast(x, target), ACCUMULATE_DTYPES, lambda t: _reduce("ReduceProd", t, axes, keepdims)
-    )
+    x = _masked("prod", cast(x, target), where, 1)
+    total = _in_supported(x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceProd", t, axes, keepdims))
+    return _with_initial("Mul", total, initial, ACCUMULATE_DTYPES)
 
 
 @implements(np.mean)
@@ -286,7 +338,7 @@ def mean(
         >>> kiln.mean(kiln.tensor([[1, 2], [3, 4]]), axis=1).tolist()
         [1.5, 3.5]
     """
-    _reject("mean", out=out, where=where)
+    _reject("mean", out=out)
     x = as_tensor(a)
     if dtype is not None:
         compute = result = dtypes.as_dtype(dtype)
@@ -294,24 +346,68 @@ def mean(
         result = _float_result(x.dtype)
         compute = dtypes.float32 if result == dtypes.float16 else result
     axes = normalize_axis_arg("mean", axis, x.ndim)
+    if where is not _UNSET and where is not True:
+        return _masked_mean(x, axes, keepdims, where, compute, result)
     reduced = _in_supported(
         cast(x, compute), ACCUMULATE_DTYPES, lambda t: _reduce("ReduceMean", t, axes, keepdims)
     )
     return cast(reduced, result)
 
 
+def _masked_mean(
+    x: Tensor,
+    axes: tuple[int, ...] | None,
+    keepdims: bool,
+    where: Any,
+    compute: np.dtype,
+    result: np.dtype,
+) -> Tensor:
+    """NumPy's ``mean(..., where=mask)``: the masked sum over the number of masked elements
+    (NaN where that is 0), divided in float64 for an integer count as NumPy does."""
+    if not dtypes.is_floating(compute):
+        raise UnsupportedOperationError(f"mean(..., dtype={compute}, where=...)")
+    total = sum(x, axis=axes, dtype=compute, keepdims=keepdims, where=where)
+    ones = call("Expand", constant(np.asarray(1, dtype=np.int64)), call("Shape", x))
+    count = sum(ones, axis=axes, keepdims=keepdims, where=where)
+    wide = dtypes.float64 if compute.itemsize <= 8 else compute
+    quotient = call("Div", cast(total, wide), cast(count, wide))
+    return cast(quotient, result)
+
+
 # -- max, min ------------------------------------------------------------------------------
 
 
 def _extreme(
-    name: str, op: str, ufunc: str, a: Any, axis: Any, keepdims: bool, **options: Any
+    name: str,
+    op: str,
+    ufunc: str,
+    a: Any,
+    axis: Any,
+    keepdims: bool,
+    out: Any,
+    initial: Any,
+    where: Any,
 ) -> Tensor:
-    _reject(name, **options)
+    _reject(name, out=out)
+    _check_initial(initial)
     x = as_tensor(a)
     axes = normalize_axis_arg(name, axis, x.ndim)
-    if axes != ():
-        _check_not_empty(name, ufunc, x, axes)
-    return _in_supported(x, ORDERED_DTYPES, lambda t: _reduce(op, t, axes, keepdims))
+    if initial is _UNSET:
+        if where is not _UNSET and where is not True:
+            raise ValueError(
+                f"reduction operation '{ufunc}' does not have an identity, so to use a where "
+                "mask one has to specify 'initial'"
+            )
+        if axes != ():
+            _check_not_empty(name, ufunc, x, axes)
+        return _in_supported(x, ORDERED_DTYPES, lambda t: _reduce(op, t, axes, keepdims))
+    if axes != () and decide(
+        _count(x, axes), "==", 0, assume=False, what=f"{name}: the size of the reduced axes"
+    ):
+        raise UnsupportedOperationError(f"{name}(..., initial=...) over an empty axis")
+    x = _masked(name, x, where, initial)
+    extreme = _in_supported(x, ORDERED_DTYPES, lambda t: _reduce(op, t, axes, keepdims))
+    return _with_initial(op.removeprefix("Reduce"), extreme, initial, _ELEMENTWISE_ORDERED)
 
 
 @implements(np.max, np.amax)
@@ -515,8 +611,8 @@ def any(  # noqa: A001 - NumPy's name
         >>> kiln.any(kiln.tensor([[0, 0], [0, 3]]), axis=1).tolist()
         [False, True]
     """
-    _reject("any", out=out, where=where)
-    x = cast(as_tensor(a), dtypes.bool_)
+    _reject("any", out=out)
+    x = _masked("any", cast(as_tensor(a), dtypes.bool_), where, False)
     return _reduce("ReduceMax", x, normalize_axis_arg("any", axis, x.ndim), keepdims)
 
 
@@ -531,8 +627,8 @@ def all(  # noqa: A001 - NumPy's name
         >>> kiln.all(kiln.tensor([[1, 0], [2, 3]]), axis=1).tolist()
         [False, True]
     """
-    _reject("all", out=out, where=where)
-    x = cast(as_tensor(a), dtypes.bool_)
+    _reject("all", out=out)
+    x = _masked("all", cast(as_tensor(a), dtypes.bool_), where, True)
     return _reduce("ReduceMin", x, normalize_axis_arg("all", axis, x.ndim), keepdims)
 
 
@@ -617,7 +713,9 @@ def topk(x: Any, k: Dim | int, axis: int = -1, largest: bool = True) -> tuple[Te
 # -- ufunc.reduce methods ------------------------------------------------------------------
 
 
-def _ufunc_reduce(name: str, impl: Callable[..., Tensor], has_dtype: bool) -> Callable[..., Tensor]:
+def _ufunc_reduce(
+    name: str, impl: Callable[..., Tensor], has_dtype: bool, accepts_initial: bool = True
+) -> Callable[..., Tensor]:
     def reduce(
         array: Any,
         axis: Any = 0,
@@ -627,13 +725,18 @@ def _ufunc_reduce(name: str, impl: Callable[..., Tensor], has_dtype: bool) -> Ca
         initial: Any = _UNSET,
         where: Any = _UNSET,
     ) -> Tensor:
-        _reject(name, out=out, initial=initial, where=where)
+        _reject(name, out=out)
+        options = {"where": where} if _given(where) else {}
+        if _given(initial):
+            if not accepts_initial:
+                raise UnsupportedOperationError(f"{name}(..., initial=...)")
+            options["initial"] = initial
         if has_dtype:
-            return impl(array, axis=axis, dtype=dtype, keepdims=keepdims)
+            return impl(array, axis=axis, dtype=dtype, keepdims=keepdims, **options)
         x = as_tensor(array)
         if dtype is not None:
             x = cast(x, dtypes.as_dtype(dtype))
-        return impl(x, axis=axis, keepdims=keepdims)
+        return impl(x, axis=axis, keepdims=keepdims, **options)
 
     reduce.__name__ = reduce.__qualname__ = name.replace(".", "_")
     reduce.__doc__ = (
@@ -647,5 +750,9 @@ implements(np.add, method="reduce")(_ufunc_reduce("np.add.reduce", sum, True))
 implements(np.multiply, method="reduce")(_ufunc_reduce("np.multiply.reduce", prod, True))
 implements(np.maximum, method="reduce")(_ufunc_reduce("np.maximum.reduce", max, False))
 implements(np.minimum, method="reduce")(_ufunc_reduce("np.minimum.reduce", min, False))
-implements(np.logical_or, method="reduce")(_ufunc_reduce("np.logical_or.reduce", any, False))
-implements(np.logical_and, method="reduce")(_ufunc_reduce("np.logical_and.reduce", all, False))
+implements(np.logical_or, method="reduce")(
+    _ufunc_reduce("np.logical_or.reduce", any, False, accepts_initial=False)
+)
+implements(np.logical_and, method="reduce")(
+    _ufunc_reduce("np.logical_and.reduce", all, False, accepts_initial=False)
+)

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor import Tensor, call
 from . import elementwise, linalg, reduce, shape
-from .numpy_protocol import array_function, array_ufunc
+from .numpy_protocol import array_function, array_ufunc, implements
+from .operands import as_tensor
 
 if TYPE_CHECKING:
     from ..dtypes import DTypeLike
@@ -107,6 +108,34 @@ def _matrix_transpose_property(self: Tensor) -> Tensor:
 def _astype(self: Tensor, dtype: DTypeLike) -> Tensor:
     """This tensor converted to ``dtype`` (the same tensor when it already has it)."""
     return elementwise.astype(self, dtype)
+
+
+_ORDERS = frozenset({"C", "F", "A", "K"})
+
+
+@implements(np.copy)
+def copy(a: Any, order: str = "K", subok: bool = False) -> Tensor:
+    """A copy of ``a`` (``np.copy``, ``ndarray.copy``): a new tensor with the same values.
+
+    Kiln tensors are immutable and carry no memory layout, so ``order`` ('C', 'F', 'A', 'K')
+    only is checked; a compiled function records an ``Identity`` (its outputs never alias
+    their inputs anyway).
+
+    Example:
+        >>> import kiln
+        >>> t = kiln.tensor([1, 2])
+        >>> c = t.copy()
+        >>> c is t, c.tolist()
+        (False, [1, 2])
+    """
+    if not (order is None or (isinstance(order, str) and order.upper() in _ORDERS)):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    return call("Identity", as_tensor(a))
+
+
+def _copy(self: Tensor, order: str = "C") -> Tensor:
+    """A copy of this tensor (``ndarray.copy``): :func:`copy`."""
+    return copy(self, order)
 
 
 def _reshape(self: Tensor, *dims: Any) -> Tensor:
@@ -218,6 +247,7 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "__array_ufunc__": _array_ufunc,
     "__array_function__": _array_function,
     "astype": _astype,
+    "copy": _copy,
     "reshape": _reshape,
     "transpose": _transpose,
     "squeeze": _squeeze,

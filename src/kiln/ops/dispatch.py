@@ -11,13 +11,14 @@ the executors and passes that run kernels on arrays.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .registry import OpDef
+from .registry import ELEMENTWISE, KernelCall, OpDef, Typed
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -26,7 +27,10 @@ __all__ = [
     "Handler",
     "handler_scope",
     "current_handler",
+    "handler_now",
     "run_kernel",
+    "run_quiet",
+    "eager_kernel",
     "as_outputs",
 ]
 
@@ -57,6 +61,10 @@ def current_handler() -> Handler | None:
     return _handler.get()
 
 
+# current_handler() without a Python frame, for the eager door's hot path.
+handler_now = _handler.get
+
+
 @contextlib.contextmanager
 def handler_scope(handler: Handler | None) -> Iterator[None]:
     """Route every operator call made inside the block (in this thread/context) to ``handler``."""
@@ -65,6 +73,21 @@ def handler_scope(handler: Handler | None) -> Iterator[None]:
         yield
     finally:
         _handler.reset(token)
+
+
+# NumPy's floating-point error state lives in a context variable holding an opaque "extobj";
+# ``np.errstate`` builds a new one on every entry, which costs more than a small kernel. The
+# eager door instead sets a quiet extobj derived once from the caller's current one (so its
+# buffer size and error callback are kept), falling back to ``np.errstate`` on a NumPy without
+# these names.
+try:
+    from numpy._core.umath import _extobj_contextvar as _fp_state  # type: ignore[attr-defined]
+    from numpy._core.umath import _make_extobj  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older or future NumPy layouts
+    _fp_state = None
+    _make_extobj = None
+
+_quiet: tuple[Any, Any] = (None, None)  # (the caller's extobj, its quiet version): one entry
 
 
 def run_kernel(
@@ -76,8 +99,69 @@ def run_kernel(
     overflow is a value (inf, nan), as in ONNX, not a warning. An executor running many kernels
     sets that state once around the whole run and calls :func:`as_outputs` itself.
     """
-    with np.errstate(all="ignore"):
-        return as_outputs(opdef.kernel(*arrays, **attrs))
+    if attrs:
+        return run_quiet(functools.partial(opdef.kernel, **attrs), arrays)
+    return run_quiet(opdef.kernel, arrays)
+
+
+def run_quiet(
+    fn: Callable[..., Any], arrays: Sequence[np.ndarray | None]
+) -> tuple[np.ndarray, ...]:
+    """``fn(*arrays)`` with NumPy's floating-point warnings silenced, as a tuple of arrays."""
+    if _fp_state is None:  # pragma: no cover
+        with np.errstate(all="ignore"):
+            return as_outputs(fn(*arrays))
+    global _quiet
+    current = _fp_state.get()
+    pair = _quiet  # replaced whole, never mutated: safe across threads
+    if pair[0] is current:
+        quiet = pair[1]
+    else:
+        quiet = _make_extobj(all="ignore")  # built from ``current``: keeps bufsize, callback
+        _quiet = (current, quiet)
+    token = _fp_state.set(quiet)
+    try:
+        result = fn(*arrays)
+    finally:
+        _fp_state.reset(token)
+    if type(result) is np.ndarray:
+        return (result,)
+    return as_outputs(result)
+
+
+def eager_kernel(
+    opdef: OpDef,
+    inputs: Sequence[Typed | None],
+    outputs: Sequence[Typed],
+    attrs: Mapping[str, Any],
+) -> Callable[..., Any]:
+    """The fastest correct callable computing ``opdef`` on arrays of these types, as the
+    NumPy engine chooses for a node: the registry kernel when it is itself an elementwise
+    ufunc, else the operator's ``fast_kernel`` where it covers the types (``np.maximum`` for
+    a two-input Max, ``x.reshape(shape)`` for a static Reshape), else the registry kernel with
+    ``attrs`` bound. The eager door caches it per call key.
+
+    Example:
+        >>> from kiln.ops.registry import get_op
+        >>> eager_kernel(get_op("Add"), [], [], {}) is np.add
+        True
+    """
+    kernel = opdef.kernel
+    if isinstance(kernel, np.ufunc) and not attrs and opdef.has(ELEMENTWISE):
+        return kernel
+    if opdef.fast_kernel is not None:
+        fast = opdef.fast_kernel(inputs, outputs, attrs)
+        if fast is not None:
+            return _compile_call(fast, len(inputs))
+    return functools.partial(kernel, **attrs) if attrs else kernel
+
+
+def _compile_call(call: KernelCall, arity: int) -> Callable[..., Any]:
+    """``call``'s template as a function of ``arity`` arrays (``lambda x0, x1: b0(x0, x1)``)."""
+    args = [f"x{i}" for i in range(arity)]
+    binds = {f"b{k}": obj for k, obj in enumerate(call.binds)}
+    body = call.template.format(*args, **{name: name for name in binds})
+    return eval(f"lambda {', '.join(args)}: {body}", binds)  # noqa: S307 - kiln's own templates
 
 
 def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
