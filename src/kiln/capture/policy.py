@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import InputMismatchError
 from ..exec.inputs import ShapeGuardError
 from ..tree import path_name
+from .scalars import is_promotable
 from .signature import CallSignature, CapturedInputs, DriftAxes, input_name
 from .traced import same_static
 
@@ -46,6 +47,9 @@ class CaptureEvent:
         call: The call number (1 is the first call) that caused it.
         kind: ``first``, ``structure``, ``static value``, ``dtype``, ``rank``, ``new shape``,
             ``shape drift``, ``shape guard`` (the sizes give another branch), ``value guard``,
+            ``implicit input`` (an array read from a closure, global or attribute changed
+            dtype or shape), ``scalar input`` (a float argument changed: it becomes a 0-d
+            graph input),
             ``abandoned`` (served eagerly), ``failed`` (kiln failed after the target ran: served
             eagerly), ``pinned`` (an operation fixed a dynamic size), ``budget``, ``take_graph``
             or ``reset``.
@@ -92,11 +96,14 @@ class Decision:
         event: What changed (the event the history records).
         drift: The axes the new capture makes dynamic, by (tensor index, axis).
         fall_back: Why every call now serves eagerly; None to capture.
+        promote: The flat positions of float arguments whose value changed: the call's
+            signature makes them 0-d tensor inputs before it captures.
     """
 
     event: CaptureEvent
     drift: DriftAxes = field(default_factory=dict)
     fall_back: str | None = None
+    promote: frozenset[int] = frozenset()  # flat positions of floats made 0-d inputs
 
     @property
     def captures(self) -> bool:
@@ -128,6 +135,8 @@ class RecapturePolicy:
         self.budget = budget
         # Names for drifted sizes; never reused, so sizes of different captures never clash.
         self._size_names = itertools.count()
+        # Flat positions of float arguments that changed once: 0-d graph inputs from then on.
+        self.scalars: frozenset[int] = frozenset()
 
     # -- the decisions --------------------------------------------------------------------
 
@@ -160,7 +169,19 @@ class RecapturePolicy:
                     f"TensorSpec(s), the call has {tensors} tensor input(s)"
                 )
         closest = _closest(signature, cached) or previous
-        return Decision(self._describe_change(call, signature, closest))
+        event = self._describe_change(call, signature, closest)
+        promote = _changed_floats(signature, closest) if event.kind == "static value" else None
+        if promote and closest is not None:
+            self.scalars = self.scalars | promote
+            message = (
+                f"{event.message}: a float that changes becomes a 0-d graph input, so later "
+                "values replay this capture"
+            )
+            event = CaptureEvent(
+                call, "scalar input", event.path, event.old, event.new, (), message
+            )
+            return Decision(event, dict(closest.drift), promote=promote)
+        return Decision(event)
 
     def drifted(
         self,
@@ -218,6 +239,16 @@ class RecapturePolicy:
             new,
             message=f"the value read by {where} changed from {old} to {new}",
         )
+        return Decision(event, dict(previous.drift))
+
+    def implicit_changed(
+        self, call: int, previous: CapturedInputs, name: str, old: str, new: str
+    ) -> Decision:
+        """A replay whose implicit input ``name`` (a closure, global or attribute array the
+        function reads) changed dtype or shape, or is no longer an array: capture again,
+        keeping the previous capture's dynamic axes."""
+        message = f"the array {name!r} the function reads changed from {old} to {new}"
+        event = CaptureEvent(call, "implicit input", name, old, new, message=message)
         return Decision(event, dict(previous.drift))
 
     def within_budget(
@@ -378,6 +409,29 @@ class RecapturePolicy:
 
     def _fresh_size_name(self) -> str:
         return f"d{next(self._size_names)}"
+
+
+def _changed_floats(
+    signature: CallSignature, previous: CapturedInputs | None
+) -> frozenset[int] | None:
+    """The flat positions of the float arguments (Python or NumPy floats) whose value changed
+    since ``previous``, when only such values changed (same structure and tensor leaves)."""
+    if previous is None or signature.treespec != previous.treespec:
+        return None
+    positions = signature.tensor_positions
+    if positions != previous.tensor_positions:
+        return None
+    tensors = set(positions)
+    statics = [i for i in range(len(signature.leaves)) if i not in tensors]
+    changed = set()
+    for i, old in zip(statics, previous.static_leaves):
+        new = signature.leaves[i]
+        if same_static(old, new):
+            continue
+        if type(old) is not type(new) or not is_promotable(new):
+            return None
+        changed.add(i)
+    return frozenset(changed) or None
 
 
 def _closest(signature: CallSignature, cached: Sequence[CapturedInputs]) -> CapturedInputs | None:

@@ -13,6 +13,7 @@ goes into its frozen :class:`~kiln.capture.replay.Replay`.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,7 +32,10 @@ from ..spec import TensorSpec
 from ..symbolic import SymDim
 from ..tensor import Tensor
 from ..tree import unflatten
+from .implicit import ImplicitReads, ImplicitSlot, discover
+from .randomness import Draws, RecordingGenerator, is_generator, recording_draws
 from .replay import Capture, Replay, Runner, ValueGuard
+from .scalars import TracedFloat, standin
 from .signature import CallSignature, CapturedInputs, DriftAxes
 from .trace import InputSlot, Tracer, TraceRef, plan_inputs, record
 from .traced import _Outputs, output_leaves
@@ -88,6 +92,17 @@ class _CaptureTracer(Tracer):
             self.abandoned = f"{what} at {user_source()}"
         return data
 
+    def abandon(self, what: str) -> None:
+        """Something at the user's current line cannot be recorded faithfully: serve the
+        structure eagerly (raise :class:`CaptureError` under ``fullgraph=True``)."""
+        if self.fullgraph:
+            raise CaptureError(
+                f"{what} at {user_source()} cannot be recorded faithfully into a graph; "
+                "rewrite it, or use fullgraph=False to serve this structure eagerly"
+            )
+        if self.abandoned is None:
+            self.abandoned = f"{what} at {user_source()}"
+
     def unsupported(self, what: str) -> None:
         if self.fullgraph:
             raise CaptureError(
@@ -125,7 +140,33 @@ def record_capture(
     def rebuild(new_leaves: list[Any]) -> Any:
         return unflatten(treespec, new_leaves)
 
-    result = record(target, signature.args, signature.kwargs, slots, leaves, rebuild, tracer)
+    # Arrays the target reads without receiving them (closures, globals, self): stand-ins the
+    # tracer lifts to graph inputs when an operator uses them; the replay reads them afresh.
+    # Random draws (np.random, generators passed or reached) become graph inputs that the
+    # replay fills by drawing again from the same stream (kiln.capture.randomness).
+    implicit = discover(target, signature.static_leaves)
+    draws = Draws(tracer, functools.partial(_add_draw, tracer), tracer.abandon)
+    call_leaves = [
+        RecordingGenerator(leaf, f"argument {i}") if is_generator(leaf) else leaf
+        for i, leaf in enumerate(leaves)
+    ]
+    # Float arguments that changed once are 0-d inputs the function sees as floats.
+    scalars = {i: functools.partial(standin, x) for i, (x, _) in (signature.scalars or {}).items()}
+    with (
+        implicit.substituted(lambda t, slot: tracer.lift_implicit(t, slot, slot.name)),
+        recording_draws(draws),
+    ):
+        result = record(
+            target, signature.args, signature.kwargs, slots, call_leaves, rebuild, tracer, scalars
+        )
+    if scalars and any(isinstance(x, TracedFloat) for x in optree.tree_leaves(result)):
+        tracer.abandon("returning a float computed from a float argument")
+        result = optree.tree_map(
+            lambda x: float(x.__kiln_plain__()) if isinstance(x, TracedFloat) else x, result
+        )
+    if implicit.rebound and tracer.abandoned is None:
+        names_rebound = ", ".join(repr(n) for n in implicit.rebound)
+        tracer.abandoned = f"rebinding {names_rebound} (state outside the arguments)"
     tensors, names, outputs = output_leaves(result)
     # Fresh copies: an eager result may view an input, a closure array or another result
     # (x.T.T, returning a weight, (y, y)); like the replay's outputs (see
@@ -149,18 +190,40 @@ def record_capture(
             guards = _value_guards(tracer, len(tensors))
             # [issue 10, engine choice] call 1's inputs and eager outputs: the automatic engine
             # selection keeps only engines that reproduce them (kiln.runtime.selection_reference).
+            reads = ImplicitReads(
+                [
+                    (slot.name, slot.read, value.type.dtype, tuple(value.type.shape))
+                    for slot, value in tracer.implicit_inputs
+                ]
+            )
             reference = (
-                [np.asarray(leaves[s.index]) for s in slots],
+                [np.asarray(leaves[s.index]) for s in slots]
+                + [np.asarray(_array_of(slot.original)) for slot, _ in tracer.implicit_inputs],
                 [np.asarray(t._data) for t in tensors] + [np.asarray(g.expected) for g in guards],
             )
-        replay = _finalize(graph, options, outputs, len(tensors), guards, reference)
+        replay = _finalize(graph, options, outputs, len(tensors), guards, reference, reads)
         with _stage("preparing the replay"):
-            inputs = replace(inputs, shapes=tuple(v.shape for v in graph.input_values))
+            explicit = graph.input_values[: len(slots)]
+            inputs = replace(inputs, shapes=tuple(v.shape for v in explicit))
             buffers = (*(c.data for c in graph.constants), *(g.expected for g in replay.guards))
             pins = tuple(message for _, _, message in tracer.pins)
     except _StageFailed as failed:
         return served, Capture(inputs, failure=failed.describe(slots))
     return served, Capture(inputs, graph, replay, pins=pins, buffers=buffers)
+
+
+def _add_draw(tracer: Tracer, t: Tensor, read: Callable[[], Any], name: str) -> None:
+    """A random draw ``t``: a graph input now, which a replay fills with ``read()``."""
+    slot = ImplicitSlot(name, read, _read_only, t._data, (id(t), name))
+    tracer.add_implicit(t, slot, name)
+
+
+def _read_only(value: Any) -> None:
+    raise TypeError("a random draw is not a place to write")
+
+
+def _array_of(x: Any) -> Any:
+    return x._data if isinstance(x, Tensor) else x
 
 
 class _StageFailed(Exception):
@@ -252,6 +315,7 @@ def _finalize(
     n_outputs: int,
     guards: tuple[ValueGuard, ...],
     reference: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
+    reads: ImplicitReads | None = None,
 ) -> Replay:
     """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
     is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
@@ -269,7 +333,7 @@ def _finalize(
             with selection_reference(*reference):
                 graph.finalize()
     with _stage("preparing the replay"):
-        return _replay(graph, options, outputs, n_outputs, guards, dynamic)
+        return _replay(graph, options, outputs, n_outputs, guards, dynamic, reads)
 
 
 def _replay(
@@ -279,8 +343,11 @@ def _replay(
     n_outputs: int,
     guards: tuple[ValueGuard, ...],
     dynamic: bool,
+    reads: ImplicitReads | None = None,
 ) -> Replay:
-    """The replay of the finalized ``graph``: everything decided ahead of the calls."""
+    """The replay of the finalized ``graph``: everything decided ahead of the calls. With
+    implicit ``reads``, each run appends the implicit inputs, read at the call, to the call's
+    arrays (the graph takes them after the explicit ones)."""
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
@@ -290,8 +357,13 @@ def _replay(
     else:
         run = _checked_runner(program.check_inputs, program.run_arrays)
         if not dynamic and options.specialize is not True:
-            static_shapes = tuple(tuple(int(d) for d in v.shape) for v in graph.input_values)
+            explicit = graph.input_values[: len(graph.input_values) - len(reads or ())]
+            static_shapes = tuple(tuple(int(d) for d in v.shape) for v in explicit)
             run_unchecked = program.run_arrays
+    if reads:
+        run = reads.wrap(run)
+        if run_unchecked is not None:
+            run_unchecked = reads.wrap(run_unchecked)
     single = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
     return Replay(
         run=run,

@@ -36,6 +36,7 @@ from ..spec import TensorSpec, check_dynamic_axes, check_signature
 from ..symbolic import SymDim
 from ..tensor import Tensor, plain_array
 from ..tree import TreeSpec
+from .scalars import is_promotable, scalar_array
 from .trace import _derive_name, _parameter_names
 
 __all__ = [
@@ -65,16 +66,23 @@ class CallSignature:
         arrays: The array of each tensor leaf (kiln tensor or NumPy array), in order.
     """
 
-    __slots__ = ("args", "kwargs", "leaves", "treespec", "key", "arrays", "_native")
+    __slots__ = ("args", "kwargs", "leaves", "treespec", "key", "arrays", "_native", "scalars")
 
-    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], with_shapes: bool) -> None:
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        with_shapes: bool,
+        scalars: frozenset[int] = frozenset(),
+    ) -> None:
         tree: Any = (args, kwargs)
         leaves, treespec = optree.tree_flatten(tree)
+        promoted: dict[int, Any] | None = None  # flat position -> the scalar made an input
         parts: list[Any] = [treespec]
         arrays: list[np.ndarray] = []
         native: dict[int, np.ndarray] | None = None  # id of a big-endian leaf -> native copy
         # The replay path runs this loop on every call: exact type checks, no isinstance.
-        for leaf in leaves:
+        for position, leaf in enumerate(leaves):
             cls = type(leaf)
             if cls is Tensor:
                 data = leaf._data
@@ -83,6 +91,15 @@ class CallSignature:
                 if not data.dtype.isnative:  # big-endian data: a native copy, as NumPy computes
                     native = native or {}
                     data = native[id(leaf)] = plain_array(data, "a big-endian input")
+            elif scalars and position in scalars and is_promotable(leaf):
+                # A float that changed once: a 0-d graph input (kiln.capture.scalars); the key
+                # holds its type, not its value.
+                data = scalar_array(leaf)
+                promoted = promoted or {}
+                promoted[position] = (leaf, data)
+                arrays.append(data)
+                parts.append(("scalar", cls))
+                continue
             else:
                 # (value, type): a type never equals an int or a shape, so no static part can
                 # equal an array's (dtype, rank) part (np.dtype("int64") == int holds).
@@ -92,6 +109,12 @@ class CallSignature:
             parts.append((data.dtype, data.shape if with_shapes else data.ndim))
         if native is not None:
             leaves = [native.get(id(leaf), leaf) for leaf in leaves]
+        if promoted is not None:
+            leaves = list(leaves)
+            for position, (_, data) in promoted.items():
+                leaves[position] = data
+        # The promoted scalars by flat position (None: none): (the value, its 0-d array).
+        self.scalars = promoted
         self._native = native
         self.args = args
         self.kwargs = kwargs
@@ -99,6 +122,33 @@ class CallSignature:
         self.treespec: TreeSpec = treespec
         self.key: Hashable = tuple(parts)
         self.arrays = arrays
+
+    def promote(self, positions: frozenset[int]) -> None:
+        """Make the float leaves at the flat ``positions`` 0-d tensor leaves (in place): the
+        key then holds their type instead of their value, ``arrays`` and ``leaves`` their 0-d
+        arrays (see :mod:`kiln.capture.scalars`)."""
+        key = list(self.key)  # type: ignore[arg-type]
+        arrays = list(self.arrays)
+        leaves = list(self.leaves)
+        promoted = dict(self.scalars or {})
+        inserted = 0
+        for position, leaf in enumerate(self.leaves):
+            if isinstance(leaf, (Tensor, np.ndarray)) and position not in promoted:
+                continue
+            if position in positions and position not in promoted and is_promotable(leaf):
+                data = scalar_array(leaf)
+                before = sum(
+                    1 for x in self.leaves[:position] if isinstance(x, (Tensor, np.ndarray))
+                )
+                arrays.insert(before + inserted, data)
+                inserted += 1
+                key[position + 1] = ("scalar", type(leaf))
+                promoted[position] = (leaf, data)
+                leaves[position] = data
+        self.key = tuple(key)
+        self.arrays = arrays
+        self.leaves = leaves
+        self.scalars = promoted or None
 
     # -- what a miss needs, computed on demand --------------------------------------------
 
