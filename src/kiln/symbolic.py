@@ -736,6 +736,27 @@ def fresh_symbol(hint: str) -> SymDim:
     return symbol(name)
 
 
+def checked_at_run_time(d: object) -> bool:
+    """True when the size ``d`` holds a broadcast of two symbolic sizes: evaluating it checks
+    that they broadcast (NumPy's error otherwise), so the node that made it can raise.
+
+    Example:
+        >>> checked_at_run_time(broadcast_dim(symbol("A"), symbol("B"))), checked_at_run_time(4)
+        (True, False)
+    """
+    if not isinstance(d, SymDim):
+        return False
+    pending: list[SymDim] = [d]
+    while pending:
+        for monomial, _ in pending.pop()._terms:
+            for atom, _ in monomial:
+                if isinstance(atom, tuple):
+                    if atom[0] == "bcast":
+                        return True
+                    pending.extend(a for a in atom[1:] if isinstance(a, SymDim))
+    return False
+
+
 def is_fresh(d: object) -> bool:
     """True for a size made by :func:`fresh_symbol`: it stands for a size only the run knows,
     so a value recorded with any other size of the same rank may be its output.

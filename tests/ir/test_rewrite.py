@@ -36,3 +36,26 @@ def test_a_node_whose_input_nothing_makes_stays_last_for_verify_to_name():
     other = graph_of(lambda x: np.exp(x), np.ones(3))
     ordered = topological_order(list(g.nodes), defined(other))  # g's input is not defined
     assert ordered == list(g.nodes)
+
+
+def test_unused_node_that_checks_sizes_at_run_time_is_kept() -> None:
+    # fuzz 1:1587: under dynamic=True an unused np.maximum of sizes that do not broadcast must
+    # still raise NumPy's error, not vanish with dead-code elimination.
+    import numpy as np
+    import pytest
+
+    import kiln
+
+    def f(a, b):
+        np.maximum(np.concatenate([a, a], axis=0), b)  # unused
+        return a * 2.0
+
+    cf = kiln.compile(f, dynamic=True)
+    a, b = np.zeros((0,), np.float32), np.zeros((0,), np.float32)
+    cf(a, b)
+    cf(a, b)
+    with pytest.raises(ValueError):
+        f(np.ones(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(ValueError):
+        cf(np.ones(3, np.float32), np.ones(4, np.float32))
+    np.testing.assert_array_equal(cf(np.ones(2, np.float32), np.ones(4, np.float32)), 2.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..symbolic import checked_at_run_time
 from .graph import ModelGraph, Node, Value
 
 __all__ = ["substitute", "substitute_node", "uses", "remove_unused", "topological_order"]
@@ -97,6 +98,10 @@ def uses(nodes: Iterable[Node]) -> dict[int, int]:
     return counts
 
 
+def _checks_sizes(v: Value) -> bool:
+    return any(checked_at_run_time(d) for d in v.shape)
+
+
 def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
     """``graph`` without the nodes and constants no graph output depends on, and how many were
     removed (0: ``graph`` itself comes back). Every kiln operator is pure, so an unused result
@@ -114,7 +119,9 @@ def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
     live = {id(v) for v in graph.output_values}
     kept = []
     for node in reversed(graph.nodes):
-        if any(id(v) in live for v in node.outputs):
+        # A node whose sizes are checked at run time (a broadcast of two symbolic sizes) is
+        # live even when unused: the run raises where NumPy would (shapes that do not broadcast).
+        if any(id(v) in live or _checks_sizes(v) for v in node.outputs):
             kept.append(node)
             live.update(id(v) for v in node.inputs if v is not None)
     kept.reverse()
