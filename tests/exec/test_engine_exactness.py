@@ -173,7 +173,7 @@ def test_integer_division_by_a_zero_difference_does_not_kill_the_process() -> No
         import warnings, numpy as np, kiln
         warnings.simplefilter("ignore")
         fn = lambda x, n: np.tanh(x) * (7 // (n - n))
-        x = np.random.default_rng(0).standard_normal((1000, 1000))
+        x = np.random.default_rng(0).standard_normal((1000, 1000)).astype(np.float32)
         n = np.ones((1000, 1000), np.int64)
         cf = kiln.compile(fn)
         with np.errstate(all="ignore"):

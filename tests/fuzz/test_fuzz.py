@@ -117,3 +117,26 @@ def test_accumulating_results_get_a_reassociation_tolerance():
     a = np.array([1e30, 1e20], np.float32)  # 1e30 + 1 - 1e30 + 1e20, summed in another order
     assert fuzz.compare_values(a, e, accumulates=True, scale=1e30) is None
     assert fuzz.compare_values(a, e, accumulates=False, scale=1e30)[0] == "values"
+
+
+# The reproducers of the 5,000-program run (seed 1) that issue 10's engine and dead-code fixes
+# close: each check is now ok or a clean refusal, never a mismatch.
+CLOSED_SEED_1 = [
+    (4412, "dynamic"),  # an unused integer ** a negative exponent must still raise
+    (417, "trace:jax"),  # a subnormal input: the forced jax plan refuses the call
+    (2209, "trace:jax"),
+    (1262, "trace:jax"),
+    (666, "trace:jax"),  # float64 Pow (exp2) differs by ulps on jax: refused
+    (2982, "trace:onnxruntime"),  # float64 Pow on onnxruntime: refused
+]
+
+
+@pytest.mark.parametrize(("index", "path"), CLOSED_SEED_1, ids=lambda v: str(v))
+def test_closed_reproducers_are_exact_or_refused(index, path):
+    program = fuzz.generate(1, index)
+    if path.startswith("trace:"):
+        pytest.importorskip(path.split(":")[1])
+    checks = [c for c in fuzz.check_program(program, ["jax", "onnxruntime"]) if c.path == path]
+    assert checks and all(c.cls in ("ok", "refused") for c in checks), [
+        f"{c.path} {c.step}: {c.cls} {c.kind} {c.detail}" for c in checks
+    ]

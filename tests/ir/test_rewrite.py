@@ -59,3 +59,90 @@ def test_unused_node_that_checks_sizes_at_run_time_is_kept() -> None:
     with pytest.raises(ValueError):
         cf(np.ones(3, np.float32), np.ones(4, np.float32))
     np.testing.assert_array_equal(cf(np.ones(2, np.float32), np.ones(4, np.float32)), 2.0)
+
+
+# -- nodes that raise on their values stay (OpDef.raises_on_values; issue 10, fuzz 1:4412) ----
+
+
+def _unused_then_add(op_of):
+    def f(a, *rest):
+        op_of(a, *rest)  # computed, never used
+        return a + 1
+
+    return f
+
+
+def test_unused_integer_power_is_kept_and_an_unused_float_power_goes() -> None:
+    from kiln.ir.rewrite import can_raise, remove_unused
+
+    power = _unused_then_add(lambda a: a**a)
+    g, _ = remove_unused(graph_of(power, np.arange(3, dtype=np.int32)))
+    assert [n.op for n in g.nodes] == ["Pow", "Add"] and can_raise(g.nodes[0])
+    g, removed = remove_unused(graph_of(power, np.arange(3, dtype=np.float32)))
+    assert [n.op for n in g.nodes] == ["Add"] and removed == 1
+
+
+def test_unused_gather_stays_unless_its_indices_are_known_in_range() -> None:
+    from kiln.ir.rewrite import remove_unused
+
+    data = np.arange(5.0)
+    by_input = _unused_then_add(lambda a, i: np.take(a, i))  # indices known only at run time
+    g, _ = remove_unused(graph_of(by_input, data, np.array([1, 2])))
+    assert [n.op for n in g.nodes][-2:] == ["Gather", "Add"]
+    known = _unused_then_add(lambda a: a[np.array([0, 3])])  # checked when recorded
+    g, _ = remove_unused(graph_of(known, data))
+    assert "Gather" not in [n.op for n in g.nodes]
+
+
+def test_unused_fused_node_with_an_integer_power_step_is_kept() -> None:
+    from kiln.ir import GraphBuilder
+    from kiln.ir.rewrite import remove_unused
+    from kiln.ops.registry import TensorType
+
+    b = GraphBuilder()
+    x = b.add_input("x", TensorType(np.dtype(np.int32), (3,)))
+    b.add("kiln.FusedElementwise", [x, x], {"program": ("Pow(v0, v1)", "Add(v2, v0)")})
+    (kept,) = b.add("Neg", [x])
+    g, _ = remove_unused(b.graph("g", [kept]))
+    assert [n.op for n in g.nodes] == ["kiln.FusedElementwise", "Neg"]
+
+
+def test_the_optimizer_keeps_an_unused_integer_power() -> None:
+    traced = kiln.trace(_unused_then_add(lambda a: (a**a) * 1), np.arange(3, dtype=np.int32))
+    traced.optimize()
+    assert "Pow" in [n.op for n in traced.graph.nodes]
+    traced.finalize()
+    import pytest
+
+    with pytest.raises(ValueError, match="negative integer powers"):
+        traced(np.array([2, -1, 3], np.int32))
+
+
+def test_dynamic_replay_raises_numpys_error_for_an_unused_raising_node() -> None:
+    import warnings
+
+    import pytest
+
+    def power(a):  # fuzz 1:4412
+        t0 = np.power(a, a)
+        np.dot(t0, a)  # unused
+        return a.mean(axis=-1)
+
+    def gather(a):
+        a[[0, 3]]  # unused
+        return a * 2
+
+    cases = [
+        (power, np.array([5, 5, 0, 6], np.int32), np.array([4, -1], np.int32), ValueError),
+        (gather, np.arange(5.0), np.arange(2.0), IndexError),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fn, first, drifted, error in cases:
+            with pytest.raises(error):
+                fn(drifted)
+            cf = kiln.compile(fn, dynamic=True)
+            np.testing.assert_array_equal(cf(first), fn(first))
+            np.testing.assert_array_equal(cf(first), fn(first))
+            with pytest.raises(error):
+                cf(drifted)

@@ -23,7 +23,17 @@ a constant's value (``x + 0.0 -> x`` loses ``-0.0 + 0.0 = +0.0``) applies. Lower
 NumPy's answer where XLA's primitive differs: integer Div/Mod guard a zero divisor (NumPy
 gives 0, XLA -1), Sign of -0.0 is +0.0, Max/Min/Relu/Clip are NumPy's comparisons and selects
 (the sign of a zero result, NaN). Nodes no lowering makes exact are kept off this engine by
-their records (``OpDef.engine_limits["jax"]``: float CumSum, integer Pow).
+their records (``OpDef.engine_limits["jax"]``: float CumSum, integer Pow, float64
+transcendentals).
+
+Subnormals: XLA's CPU runtime flushes subnormal floats to zero, as inputs and as results of
+arithmetic, and no compiler option turns that off (``np.log(5e-324)`` would be -inf). A plan
+refuses a graph with a subnormal constant, and checks its floating-point inputs on every run
+(a reduction over their bits, fused into the XLA program): a call with a subnormal input runs on the
+NumPy plan when the engine was chosen automatically, and raises
+:class:`~kiln.errors.UnsupportedOperationError` naming the input when jax was forced. A
+subnormal that arises inside the graph from normal inputs (``np.float32(1e-20) * 1e-20``) is
+still flushed: docs/reliability.md states that limit.
 
 Example:
     >>> import kiln, numpy as np
@@ -53,7 +63,15 @@ from .plan import Plan
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node
 
-__all__ = ["JaxPlan", "LOWERINGS", "FirstOutputs", "available", "unsupported_ops", "MAX_TRACES"]
+__all__ = [
+    "JaxPlan",
+    "LOWERINGS",
+    "FirstOutputs",
+    "available",
+    "unsupported_ops",
+    "has_subnormal",
+    "MAX_TRACES",
+]
 
 ENGINE = "jax"  # the key of this engine's facts in OpDef.engine_limits
 MAX_TRACES = 8  # input-shape sets one plan compiles; further shapes run on the NumPy plan
@@ -98,6 +116,43 @@ def _load() -> None:
 
 class NotLowerable(UnsupportedOperationError):
     """A node the jax engine cannot express (an attribute combination, a traced shape input)."""
+
+
+# The bits of each float dtype XLA flushes: (unsigned view, mask of everything but the sign,
+# largest subnormal pattern). float16 is computed in float32 on the CPU, so its subnormals
+# survive.
+_SUBNORMAL_BITS: dict[str, tuple[Any, int, int]] = {
+    "float32": (np.uint32, 0x7FFF_FFFF, 0x007F_FFFF),
+    "float64": (np.uint64, 0x7FFF_FFFF_FFFF_FFFF, 0x000F_FFFF_FFFF_FFFF),
+    "bfloat16": (np.uint16, 0x7FFF, 0x007F),
+}
+
+
+def has_subnormal(x: np.ndarray) -> bool:
+    """True when ``x`` (a float32, float64 or bfloat16 array) holds a subnormal number, which
+    XLA would read as zero. Other dtypes: False.
+
+    Example:
+        >>> has_subnormal(np.float32([1.0, 1e-40])), has_subnormal(np.float32([0.0, -0.0]))
+        (True, False)
+    """
+    bits = _SUBNORMAL_BITS.get(x.dtype.name)
+    if bits is None or x.size == 0:
+        return False
+    unsigned, magnitude, largest = bits
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    u = np.ascontiguousarray(x).view(unsigned) & unsigned(magnitude)
+    u -= unsigned(1)  # 0 wraps to the largest value; subnormals land in [0, largest)
+    return bool((u < unsigned(largest)).any())
+
+
+def _any_subnormal(x: Any) -> Any:
+    """A traced bool: whether ``x`` holds a subnormal number (:func:`has_subnormal` in XLA,
+    on the bits, which flushing does not touch)."""
+    unsigned, magnitude, largest = _SUBNORMAL_BITS[x.dtype.name]
+    u = _lax.bitcast_convert_type(x, unsigned) & unsigned(magnitude)
+    return _jnp.any((u - unsigned(1)) < unsigned(largest))
 
 
 def _is_static(x: Any) -> bool:
@@ -919,6 +974,13 @@ class JaxPlan(Plan):
                 f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
                 f"{'; '.join(missing)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
+        for c in graph.constants:
+            if has_subnormal(c.data):
+                raise UnsupportedOperationError(
+                    f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
+                    f"constant {c.value.name!r} holds a subnormal number, which XLA flushes to "
+                    "zero. Use engine='numpy' (or engine=None to let kiln choose)"
+                )
         self.graph = graph
         self.checker = InputChecker(graph)
         self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker
@@ -927,6 +989,10 @@ class JaxPlan(Plan):
         self._lock = threading.Lock()
         self._shapes: set[tuple[tuple[int, ...], ...]] = set()
         self._x64 = any(v.dtype.itemsize == 8 and v.dtype.kind in "iuf" for v in graph.values())
+        # (position, name) of the inputs XLA would flush subnormals of, checked on every run
+        self._flushed = tuple(
+            (i, v.name) for i, v in enumerate(graph.input_values) if v.dtype.name in _SUBNORMAL_BITS
+        )
         embedded: dict[int, Any] = {}
         passed: list[Any] = []
         passed_ids: list[int] = []
@@ -968,7 +1034,12 @@ class JaxPlan(Plan):
                     f"the jax engine cannot lower node {node.name!r} ({node.op}) of graph "
                     f"{self.graph.name!r}: {type(exc).__name__}: {exc}"
                 ) from exc
-        return [_jnp.asarray(env[id(v)]) for v in self.graph.output_values]
+        outputs = [_jnp.asarray(env[id(v)]) for v in self.graph.output_values]
+        if self._flushed:
+            # one flag per input XLA would flush: computed from the bits, inside the program
+            # (a fused read of the input, no NumPy pass), before any arithmetic flushes them
+            outputs.append(_jnp.stack([_any_subnormal(inputs[i]) for i, _ in self._flushed]))
+        return outputs
 
     def run_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         shapes = tuple(a.shape for a in arrays)
@@ -980,7 +1051,10 @@ class JaxPlan(Plan):
         try:
             with self._config():
                 outs = self._jitted(self._weights, *_jax.device_put(list(arrays)))
-            return [np.array(o) for o in outs]  # writable, owned: never a jax buffer
+            if self._flushed:
+                flags = np.asarray(outs[-1])
+                outs = outs[:-1]
+            results = [np.array(o) for o in outs]  # writable, owned: never a jax buffer
         except Exception as exc:
             if self.fallback is not None:  # chosen automatically: NumPy's answer instead
                 return self.fallback.run_arrays(arrays)
@@ -990,6 +1064,17 @@ class JaxPlan(Plan):
                 f"the jax engine failed running graph {self.graph.name!r}: "
                 f"{type(exc).__name__}: {exc}. Finalize with engine='numpy' to run it on NumPy"
             ) from exc
+        if self._flushed and flags.any():
+            if self.fallback is not None:  # chosen automatically: NumPy's answer instead
+                return self.fallback.run_arrays(arrays)
+            name = self._flushed[int(np.argmax(flags))][1]
+            raise UnsupportedOperationError(
+                f"the jax engine cannot run graph {self.graph.name!r} on this call with "
+                f"NumPy's results: input {name!r} holds a subnormal number, which XLA "
+                "flushes to zero. Finalize with engine='numpy' (or engine=None, which runs "
+                "such calls on NumPy)"
+            )
+        return results
 
     def _numpy_fallback(self) -> Any:
         """The NumPy plan of the graph (the automatic selection's, or one of its own)."""
@@ -1022,6 +1107,12 @@ def _lower_node(node: Node, env: dict[int, Any], scope: Any) -> None:
         for v, r in zip(node.outputs, results):
             env[id(v)] = r
         return
+    for v, x in zip(node.inputs, ins):
+        if isinstance(x, np.ndarray) and has_subnormal(x):
+            raise NotLowerable(
+                f"node {node.name!r} ({node.op}): input {v.name!r} is known when compiling "
+                "and holds a subnormal number, which XLA flushes to zero"
+            )
     if opdef.has(ELEMENTWISE):
         # A constant operand reaches XLA opaque, so no rewrite keyed on its value applies
         # (x + 0.0 -> x, x * 1.0 -> x, x / c -> x * (1 / c)) and nothing folds a division.

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import DeviceUnavailableError, EngineError, UnsupportedOperationError
+from ..ir.builder import expand_node
 from ..ops.registry import get_op
 from .inputs import InputChecker
 from .plan import Plan
 
 if TYPE_CHECKING:
-    from ..ir.graph import ModelGraph
+    from ..ir.graph import ModelGraph, Node
 
 __all__ = ["OrtPlan", "available", "intra_op_threads", "unsupported_nodes"]
 
@@ -76,16 +77,26 @@ def unsupported_nodes(graph: ModelGraph) -> list[str]:
     tests/exec/test_engine_exactness.py against the reference executor): such nodes keep the
     graph off this engine rather than return different numbers.
     """
-    problems = []
-    for node in graph.nodes:
+    problems: list[str] = []
+
+    def visit(node: Node, scope: Any, where: str) -> None:
         opdef = get_op(node.op)
         limit = opdef.engine_limits.get(ENGINE)
-        if limit is None:
-            continue
-        why = limit.reason_for(node.inputs, node.outputs, opdef.bind_attrs(node.attrs))
-        if why is not None:
-            problems.append(f"node {node.name!r}: {node.op} {why}")
-    return problems
+        if limit is not None:
+            why = limit.reason_for(node.inputs, node.outputs, opdef.bind_attrs(node.attrs))
+            if why is not None:
+                problems.append(f"{where}: {node.op} {why}")
+                return
+        if opdef.domain and opdef.expand is not None:
+            # a kiln-domain (fused) node is exported as the ONNX nodes it expands into: the
+            # limits of their operators apply (a float64 Tanh inside a FusedElementwise)
+            for inner in expand_node(node, scope):
+                visit(inner, scope, where)
+
+    scope = graph.name_scope()
+    for node in graph.nodes:
+        visit(node, scope, f"node {node.name!r}")
+    return list(dict.fromkeys(problems))
 
 
 def empty_guards(graph: ModelGraph) -> list[tuple[str, tuple[Any, ...]]]:

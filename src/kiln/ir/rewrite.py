@@ -6,10 +6,18 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..ops.registry import get_op
 from ..symbolic import checked_at_run_time
 from .graph import ModelGraph, Node, Value
 
-__all__ = ["substitute", "substitute_node", "uses", "remove_unused", "topological_order"]
+__all__ = [
+    "substitute",
+    "substitute_node",
+    "uses",
+    "remove_unused",
+    "can_raise",
+    "topological_order",
+]
 
 
 def substitute_node(node: Node, mapping: Mapping[int, Value]) -> Node:
@@ -102,10 +110,31 @@ def _checks_sizes(v: Value) -> bool:
     return any(checked_at_run_time(d) for d in v.shape)
 
 
+def can_raise(node: Node) -> bool:
+    """Whether running ``node`` can raise where NumPy does, so that it must run even when its
+    results are unused: its kernel raises on some input values (``OpDef.raises_on_values``:
+    an integer to a negative integer power, an index out of range), or an output size is
+    checked at run time (a broadcast of two symbolic sizes).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: x ** x, np.ones(2, np.int32)).graph
+        >>> can_raise(g.nodes[0])
+        True
+    """
+    opdef = get_op(node.op)
+    if opdef.raises_on_values and opdef.may_raise(
+        node.inputs, node.outputs, opdef.bind_attrs(node.attrs)
+    ):
+        return True
+    return any(_checks_sizes(v) for v in node.outputs)
+
+
 def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
     """``graph`` without the nodes and constants no graph output depends on, and how many were
     removed (0: ``graph`` itself comes back). Every kiln operator is pure, so an unused result
-    can go. The ``eliminate_dead_code`` pass, and the rewrite driver after each sweep, use it.
+    can go, unless the node can raise where NumPy does (:func:`can_raise`): it stays. The
+    ``eliminate_dead_code`` pass, and the rewrite driver after each sweep, use it.
 
     Example:
         >>> import kiln, numpy as np
@@ -119,9 +148,9 @@ def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
     live = {id(v) for v in graph.output_values}
     kept = []
     for node in reversed(graph.nodes):
-        # A node whose sizes are checked at run time (a broadcast of two symbolic sizes) is
-        # live even when unused: the run raises where NumPy would (shapes that do not broadcast).
-        if any(id(v) in live or _checks_sizes(v) for v in node.outputs):
+        # A node that can raise (on its values, or on sizes checked at run time) is live even
+        # when unused: the run raises where NumPy would.
+        if any(id(v) in live for v in node.outputs) or can_raise(node):
             kept.append(node)
             live.update(id(v) for v in node.inputs if v is not None)
     kept.reverse()

@@ -380,6 +380,13 @@ def _cost(inputs: Sequence[Any], outputs: Sequence[Any], attrs: Mapping[str, Any
     return max(len(attrs["program"]), 1)
 
 
+def _raises(inputs: Sequence[Any], outputs: Sequence[Any], attrs: Mapping[str, Any]) -> bool:
+    """OpDef.raises_on_values: a step's operator can raise on values (integer Pow); judged by
+    operator, not by the step's types, so a fused node is kept whenever a member might."""
+    steps = parse_program(tuple(attrs["program"]), len(inputs))
+    return any(get_op(step.op).raises_on_values for step in steps)
+
+
 register(
     OpDef(
         name=OP,
@@ -400,5 +407,6 @@ register(
         variadic_outputs=True,
         expand=_expand,
         cost=_cost,
+        raises_on_values=_raises,
     )
 )

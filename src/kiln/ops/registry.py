@@ -36,6 +36,7 @@ __all__ = [
     "KernelCall",
     "EngineLimit",
     "any_limit",
+    "float64_differs",
     "float_input",
     "integer_input",
     "first_input_dtype",
@@ -58,6 +59,7 @@ __all__ = [
     "COMMUTATIVE",
     "DATA_DEPENDENT_SHAPE",
     "SHAPE_ONLY",
+    "VIEW",
 ]
 
 # Traits.
@@ -69,6 +71,10 @@ PURE = "pure"  # no side effects, same inputs give the same outputs
 COMMUTATIVE = "commutative"  # f(a, b) == f(b, a)
 DATA_DEPENDENT_SHAPE = "data_dependent_shape"  # an output size depends on input values
 SHAPE_ONLY = "shape_only"  # reads its inputs' shapes only, never their contents (Shape, Size)
+# A NumPy view function (slicing, transpose, reshape where NumPy gives a view): the kernel may
+# return a view of its first input, and a write through the result reaches that input. Any
+# other operator's output never shares memory with its inputs (NumPy gives a new array).
+VIEW = "view"
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +321,28 @@ def any_limit(*limits: EngineLimit) -> EngineLimit:
     return EngineLimit(" or ".join(limit.reason for limit in limits), applies, parts=limits)
 
 
+def float64_differs(
+    limits: Mapping[str, EngineLimit] | None = None, **ulps: int
+) -> dict[str, EngineLimit]:
+    """``limits`` plus, for each engine of ``ulps`` (``jax=4``, ``onnxruntime=2``: the most
+    ulps its results were measured to differ from NumPy's), a limit keeping the operator's
+    float64 nodes off that engine: a float64 user asks for NumPy's digits, and a later
+    operation can magnify an ulp (SPEC 5b). Measured by tools/engine_ulps.py.
+
+    Example:
+        >>> float64_differs(jax=2)["jax"].reason
+        'on float64 (jax differs from NumPy by up to 2 ulp)'
+    """
+    out = dict(limits or {})
+    for engine, ulp in ulps.items():
+        limit = EngineLimit(
+            f"on float64 ({engine} differs from NumPy by up to {ulp} ulp)",
+            first_input_dtype("float64"),
+        )
+        out[engine] = any_limit(out[engine], limit) if engine in out else limit
+    return out
+
+
 def float_input(
     inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
 ) -> bool:
@@ -383,6 +411,11 @@ class OpDef:
             :class:`EngineLimit` saying which nodes of this operator that engine must not run,
             and why (Gelu on float64 in onnxruntime). The NumPy and reference engines run
             every node.
+        raises_on_values: Whether the kernel can raise on the values of its inputs, not only
+            on their types and sizes (NumPy's error for an integer to a negative integer
+            power, an index out of range): True, or a :data:`NodeRule` narrowing it to some
+            nodes. Such a node is kept even when its result is unused
+            (:func:`kiln.ir.rewrite.remove_unused`), so a run raises where NumPy does.
     """
 
     name: str
@@ -404,6 +437,7 @@ class OpDef:
     cost: float | NodeRule[float] = 1
     fast_kernel: NodeRule[KernelCall | None] | None = None
     engine_limits: Mapping[str, EngineLimit] = field(default_factory=dict)
+    raises_on_values: bool | NodeRule[bool] = False
 
     @property
     def qualified_name(self) -> str:
@@ -411,6 +445,14 @@ class OpDef:
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
+
+    def may_raise(
+        self, inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> bool:
+        """Whether a node with these types and (bound) attributes can raise on its inputs'
+        values at run time (see ``raises_on_values``)."""
+        rule = self.raises_on_values
+        return bool(rule(inputs, outputs, attrs)) if callable(rule) else bool(rule)
 
     # -- validation used by dispatch, the IR and ONNX import -------------------------------
 

@@ -37,6 +37,7 @@ from .registry import (
     PURE,
     SHAPE,
     SHAPE_ONLY,
+    VIEW,
     Attr,
     EngineLimit,
     Input,
@@ -45,6 +46,7 @@ from .registry import (
     Sample,
     TensorType,
     Typed,
+    any_limit,
     register,
 )
 from .rules import (
@@ -72,6 +74,7 @@ _VALUE_LIMIT = FOLDING_LIMITS.known_ints
 _INDEX = frozenset({dtypes.int32, dtypes.int64})
 _I64 = frozenset({dtypes.int64})
 _LAYOUT = frozenset({LAYOUT, PURE})
+_VIEW = _LAYOUT | {VIEW}  # NumPy returns a view: a write through the result reaches the input
 _SHAPE = frozenset({SHAPE, PURE})
 
 # Sample dtypes: a float, an int and bool, as every layout op moves any dtype.
@@ -92,6 +95,40 @@ def _static_reshape_fast(
     return KernelCall("{0}.reshape({b0})", (tuple(shape),), returns_view=True)
 
 
+def known_box(data: Typed | None, params: Sequence[Typed | None]) -> tuple[slice, ...] | None:
+    """The index tuple of a Slice whose starts, ends, axes and steps are known at plan time
+    (small constants carry their values in their types), or None."""
+    if data is None:
+        return None
+    values = []
+    for p in params:
+        if p is None:
+            values.append(None)
+            continue
+        known = getattr(getattr(p, "type", p), "value", None)
+        if known is None or not all(isinstance(v, (int, np.integer)) for v in known):
+            return None  # computed at run time, or a symbolic size
+        values.append([int(v) for v in known])
+    starts, ends = values[0], values[1]
+    axes = values[2] if len(values) > 2 and values[2] is not None else list(range(len(starts)))
+    steps = values[3] if len(values) > 3 and values[3] is not None else [1] * len(starts)
+    ndim = len(data.shape)
+    index = [slice(None)] * ndim
+    for a, st, en, sp in zip(axes, starts, ends, steps):
+        index[a % ndim] = slice(st, en, sp)
+    return tuple(index)
+
+
+def _slice_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``x[box]`` with the box known at plan time: NumPy's basic slicing (a view)."""
+    box = known_box(inputs[0], inputs[1:])
+    if box is None:
+        return None
+    return KernelCall("{0}[{b0}]", (box,), returns_view=True)
+
+
 def _transpose_fast(
     inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
 ) -> KernelCall | None:
@@ -110,9 +147,24 @@ def _bool_with_reduction(
     return data is not None and data.dtype == np.bool_ and attrs["reduction"] != "none"
 
 
+def _float_max_min(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    data = inputs[0]
+    return (
+        data is not None and data.dtype.kind not in "biu" and attrs["reduction"] in ("max", "min")
+    )
+
+
 # Where onnxruntime 1.x departs from the ONNX semantics (found by tests/exec/test_engines.py
-# against the reference executor).
-_ORT_BOOL_REDUCTION = {"onnxruntime": EngineLimit("on bool with a reduction", _bool_with_reduction)}
+# against the reference executor). A max/min reduction drops a NaN already in the data
+# (1.32: max(NaN, 1) gives 1; NumPy's maximum.at keeps the NaN).
+_ORT_REDUCTION = {
+    "onnxruntime": any_limit(
+        EngineLimit("on bool with a reduction", _bool_with_reduction),
+        EngineLimit("on floats with a max or min reduction (drops NaN)", _float_max_min),
+    )
+}
 
 
 # -- helpers for infer ---------------------------------------------------------------------
@@ -350,7 +402,7 @@ register(
         attrs={"allowzero": Attr("int", 0)},
         infer=_reshape_infer,
         kernel=_reshape_kernel,
-        traits=_LAYOUT,
+        traits=_VIEW,
         samples=_reshape_samples,
         fast_kernel=_static_reshape_fast,
     )
@@ -412,7 +464,7 @@ register(
         attrs={"perm": Attr("ints", None)},
         infer=_transpose_infer,
         kernel=_transpose_kernel,
-        traits=_LAYOUT,
+        traits=_VIEW,
         samples=_transpose_samples,
         fast_kernel=_transpose_fast,
     )
@@ -582,7 +634,7 @@ register(
         outputs=("squeezed",),
         infer=_squeeze_infer,
         kernel=_squeeze_kernel,
-        traits=_LAYOUT,
+        traits=_VIEW,
         samples=_squeeze_samples,
         fast_kernel=_static_reshape_fast,
     )
@@ -596,7 +648,7 @@ register(
         outputs=("expanded",),
         infer=_unsqueeze_infer,
         kernel=_unsqueeze_kernel,
-        traits=_LAYOUT,
+        traits=_VIEW,
         samples=_unsqueeze_samples,
         fast_kernel=_static_reshape_fast,
     )
@@ -659,7 +711,7 @@ register(
         outputs=("output",),
         infer=_expand_infer,
         kernel=_expand_kernel,
-        traits=_LAYOUT,
+        traits=_VIEW,
         samples=_expand_samples,
     )
 )
@@ -1087,7 +1139,8 @@ register(
         outputs=("output",),
         infer=_slice_infer,
         kernel=_slice_kernel,
-        traits=_LAYOUT,
+        traits=_VIEW,
+        fast_kernel=_slice_fast,
         samples=_slice_samples,
     )
 )
@@ -1116,6 +1169,20 @@ def _gather_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
         if data.value is not None and data.ndim == 1:
             value = tuple(data.value[i] for i in positions)
     return [_typed(data.dtype, shape, value)]
+
+
+def _index_may_be_out_of_range(
+    inputs: Sequence[Any], outputs: Sequence[Any], attrs: Mapping[str, Any]
+) -> bool:
+    """An ``OpDef.raises_on_values`` rule of Gather: unless its indices are known and the
+    gathered axis has a static size (then ``infer`` checked them), an index may be out of
+    range at run time, and NumPy raises IndexError."""
+    data, idx = inputs[0], inputs[1]
+    typed = idx if isinstance(idx, TensorType) else getattr(idx, "type", None)
+    known = getattr(typed, "value", None)
+    if known is None or data is None or not data.shape:
+        return True
+    return not isinstance(data.shape[normalize_axis("Gather", attrs["axis"], len(data.shape))], int)
 
 
 def _gather_kernel(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
@@ -1157,6 +1224,7 @@ register(
         kernel=_gather_kernel,
         traits=_LAYOUT,
         samples=_gather_samples,
+        raises_on_values=_index_may_be_out_of_range,
     )
 )
 
@@ -1225,6 +1293,7 @@ register(
         kernel=_gather_elements_kernel,
         traits=_LAYOUT,
         samples=_gather_elements_samples,
+        raises_on_values=True,  # an index out of range raises IndexError
     )
 )
 
@@ -1303,6 +1372,7 @@ register(
         kernel=_gather_nd_kernel,
         traits=_LAYOUT,
         samples=_gather_nd_samples,
+        raises_on_values=True,  # an index out of range raises IndexError
     )
 )
 
@@ -1355,7 +1425,7 @@ def _scatter_nd_kernel(
     data: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str
 ) -> np.ndarray:
     out = data.copy()
-    where = tuple(np.moveaxis(indices, -1, 0))
+    where = tuple([indices[..., k] for k in range(indices.shape[-1])])  # (np.moveaxis: slow)
     fn = _REDUCTIONS[reduction]
     if fn is None:
         out[where] = updates
@@ -1411,6 +1481,27 @@ def _scatter_nd_samples() -> list[Sample]:
     return out
 
 
+def _rows_may_repeat(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """More than one index row (or an unknown number): two rows may address one cell."""
+    idx = inputs[1]
+    rows = prod(idx.shape[:-1]) if idx is not None else 0
+    return not (isinstance(rows, int) and rows <= 1)
+
+
+# onnxruntime writes ScatterND's index rows in parallel, so rows repeating a cell race (ONNX
+# leaves repeats undefined): measured on 1.32 with 2 threads, 2**20 rows onto 16 cells gave
+# another answer than NumPy's last write (reduction "none", 6 runs of 20) or lost updates
+# ("add", 4 of 20). Types cannot show indices unique, so every multi-row node stays off it.
+_ORT_SCATTER_ND = {
+    "onnxruntime": any_limit(
+        *_ORT_REDUCTION["onnxruntime"].parts,
+        EngineLimit("with more than one index row (repeated rows race)", _rows_may_repeat),
+    )
+}
+
+
 register(
     OpDef(
         name="ScatterND",
@@ -1423,7 +1514,8 @@ register(
         kernel=_scatter_nd_kernel,
         traits=frozenset({PURE}),
         samples=_scatter_nd_samples,
-        engine_limits=_ORT_BOOL_REDUCTION,
+        raises_on_values=True,  # an index out of range raises IndexError
+        engine_limits=_ORT_SCATTER_ND,
     )
 )
 
@@ -1514,7 +1606,8 @@ register(
         kernel=_scatter_elements_kernel,
         traits=frozenset({PURE}),
         samples=_scatter_elements_samples,
-        engine_limits=_ORT_BOOL_REDUCTION,
+        raises_on_values=True,  # an index out of range raises IndexError
+        engine_limits=_ORT_REDUCTION,
     )
 )
 
