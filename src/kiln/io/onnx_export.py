@@ -6,6 +6,11 @@ translation: graph inputs and outputs become typed ``ValueInfoProto`` (symbolic 
 name, inputs, outputs and attributes. Operators of kiln's own domain (fused operators) are
 written through their ``expand`` hook, which rewrites them into ONNX-domain nodes.
 
+A graph's shape guards (``ModelGraph.shape_guards``) are not dropped: a size a guard pins
+(``d0 == 7``) is written static, and every other guard becomes a check computed from the
+inputs' shapes that makes the model fail at run time for sizes it refuses (see
+:class:`_GuardChecks` and "Exporting shape guards" in docs/design.md).
+
 The opset recorded is 21, or 23 when an operator needs it (``OpDef.since_version``).
 """
 
@@ -18,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import onnx_dtype_code
-from ..errors import UnsupportedOperationError
+from ..errors import GraphValidationError, UnsupportedOperationError
 from ..ir.builder import expand_node
-from ..ir.graph import Node, Value
+from ..ir.graph import NameScope, Node, Value
+from ..ir.sizes import bind_sizes, pinned_sizes
 from ..ops.registry import REQUIRED, Attr, OpDef, TensorType, get_op
-from ..symbolic import SymDim
+from ..symbolic import Dim, ShapeGuard, SymDim
 
 if TYPE_CHECKING:
     import onnx
@@ -34,6 +40,7 @@ __all__ = ["to_onnx", "save", "DEFAULT_OPSET", "NEWEST_OPSET"]
 DEFAULT_OPSET = 21  # kiln's operators follow opset 21 semantics
 NEWEST_OPSET = 23  # recorded when an operator (Attention, RMSNormalization) needs it
 _IR_VERSION = 10  # the IR version that goes with opsets 21-23
+_GUARDS_KEY = "kiln.shape_guards"  # model metadata: the guards the model checks, one a line
 
 
 def _onnx() -> Any:
@@ -73,9 +80,16 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
         graph: The graph to convert.
         opset: The ONNX opset to record; None picks 21, or 23 where an operator needs it.
 
+    A size that the graph's shape guards pin is written static; the other guards become
+    checks that make the model fail at run time for sizes they refuse (a ``Gather`` node
+    named after the guard raises), so the model never answers for sizes the graph does not
+    hold for.
+
     Raises:
-        UnsupportedOperationError: for a kiln-domain operator without an ``expand`` hook, or
-            an attribute the chosen opset does not have.
+        UnsupportedOperationError: for a kiln-domain operator without an ``expand`` hook, an
+            attribute the chosen opset does not have, or a shape guard on a size that no input
+            axis gives.
+        GraphValidationError: for shape guards that no size satisfies.
 
     Example:
         >>> import kiln, numpy as np
@@ -86,7 +100,10 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
     """
     onnx = _onnx()
     helper = onnx.helper
-    nodes = _onnx_domain_nodes(graph)
+    if graph.shape_guards:
+        graph = _pin_guarded_sizes(graph)
+    scope = graph.name_scope()
+    nodes = _onnx_domain_nodes(graph, scope)
     if opset is None:
         newest = max((_required_opset(n) for n in nodes), default=DEFAULT_OPSET)
         opset = DEFAULT_OPSET if newest <= DEFAULT_OPSET else max(NEWEST_OPSET, newest)
@@ -102,6 +119,11 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
         for v in node.outputs
         if id(v) not in graph_outputs and id(v) not in graph_inputs
     ]
+    guards = [g for g in graph.shape_guards if not g.is_static()]  # static ones hold
+    if guards:
+        checks = _GuardChecks(graph, scope)
+        node_protos, value_info = checks.encode(guards, node_protos, value_info)
+        initializers += checks.initializers
     body = helper.make_graph(
         node_protos,
         graph.name or "kiln_graph",
@@ -116,6 +138,8 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
         producer_name="kiln",
         ir_version=_IR_VERSION if opset <= NEWEST_OPSET else _ir_version_for(opset),
     )
+    if guards:  # for readers of the model (Netron shows them); the checks enforce them
+        helper.set_model_props(model, {_GUARDS_KEY: "\n".join(str(g) for g in guards)})
     onnx.checker.check_model(model)
     return model
 
@@ -123,9 +147,9 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
 # -- nodes ---------------------------------------------------------------------------------
 
 
-def _onnx_domain_nodes(graph: ModelGraph) -> list[Node]:
-    """The graph's nodes with every kiln-domain operator expanded into ONNX-domain nodes."""
-    scope = graph.name_scope()
+def _onnx_domain_nodes(graph: ModelGraph, scope: NameScope) -> list[Node]:
+    """The graph's nodes with every kiln-domain operator expanded into ONNX-domain nodes
+    (new values named in ``scope``)."""
     out: list[Node] = []
 
     def emit(node: Node, depth: int) -> None:
@@ -157,8 +181,10 @@ def _required_opset(node: Node) -> int:
     a newer one where kiln uses a form ONNX added later."""
     needed = get_op(node.op).since_version
     first = node.inputs[0] if node.inputs else None
-    floating = first is not None and first.dtype.kind == "f" or (
-        first is not None and first.dtype.name == "bfloat16"
+    floating = (
+        first is not None
+        and first.dtype.kind == "f"
+        or (first is not None and first.dtype.name == "bfloat16")
     )
     if node.op == "Attention" and len(node.inputs) > 6:
         needed = max(needed, 24)  # the nonpad_kv_seqlen input
@@ -248,6 +274,214 @@ def _attribute(opdef: OpDef, name: str, value: Any) -> onnx.AttributeProto:
     if kind == "strs":
         return helper.make_attribute(name, [str(v) for v in value], attr_type=types.STRINGS)
     return helper.make_attribute(name, _tensor_proto(np.asarray(value), ""), attr_type=types.TENSOR)
+
+
+# -- shape guards --------------------------------------------------------------------------
+
+
+def _pin_guarded_sizes(graph: ModelGraph) -> ModelGraph:
+    """``graph`` with the sizes its shape guards pin made static in every type (a loop over
+    ``range(x.shape[0])`` holds for one size only); refuses guards that no size satisfies."""
+    pins = pinned_sizes(graph.shape_guards)
+    for guard in graph.shape_guards:
+        bound = guard.bind(pins)
+        if bound.is_static() and not bound.holds({}):
+            pinned = ", ".join(f"{k} = {v}" for k, v in sorted(pins.items()))
+            raise GraphValidationError(
+                f"graph {graph.name!r}: its shape guard {_guard_text(guard)} is false"
+                + (f" with the sizes its guards pin ({pinned})" if pins else "")
+                + ", so the graph accepts no input and has no ONNX form; trace the function "
+                "again (kiln.trace with example inputs of the sizes the model is for)"
+            )
+    if pins:
+        graph = bind_sizes(graph, pins)
+    return graph
+
+
+def _guard_text(guard: ShapeGuard) -> str:
+    """``d0 > 1`` with what the code compared and where (for messages and node names)."""
+    what = guard.what if guard.what != str(guard) else ""
+    origin = " at ".join(part for part in (what, guard.where) if part)
+    return f"`{guard}`" + (f" ({origin})" if origin else "")
+
+
+_COMPARE = {"==": "Equal", "<": "Less", "<=": "LessOrEqual", ">": "Greater", ">=": "GreaterOrEqual"}
+
+
+class _GuardChecks:
+    """ONNX nodes that make a model fail at run time for sizes its shape guards refuse.
+
+    Each guard ``left op right`` is computed from the inputs' shapes (``Shape`` of the axis
+    that gives each symbol, then the guard's size arithmetic on int64 ``[1]`` tensors) into
+    ``ok`` (1 or 0), and checked by a ``Gather`` from the one-element tensor ``[1]`` at index
+    ``1 - ok``: ``[1]`` when the guard holds, an index out of range, a run-time error naming
+    the guard (the node's name), when it does not. The checks' product (``[1]``) then feeds
+    every graph output that a node computes: ``y = Reshape(y_raw, Shape(y_raw) * check)``, a
+    no-op reshape, so no runtime can compute an output without the checks. A runtime that
+    drops that reshape by types (kiln's optimizer, after ``kiln.io.load``) still runs the
+    checks: a ``Gather`` whose index is unknown can raise, so neither kiln's dead-code removal
+    nor onnxruntime skips it when nothing uses its result.
+    """
+
+    def __init__(self, graph: ModelGraph, scope: NameScope) -> None:
+        self.graph = graph
+        self.scope = scope
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._constants: dict[int, str] = {}
+        self._sizes: dict[object, str] = {}  # Dim or atom -> the int64 [1] value computing it
+        self._divisors: dict[str, str] = {}  # a symbolic divisor's value -> its text
+        self._sources: dict[str, tuple[str, int]] = {}  # symbol -> (input name, axis)
+        for v in graph.input_values:
+            for axis, d in enumerate(v.shape):
+                if isinstance(d, SymDim) and d.is_symbol():
+                    self._sources.setdefault(d.name, (v.name, axis))
+
+    def encode(
+        self,
+        guards: list[ShapeGuard],
+        body: list[onnx.NodeProto],
+        value_info: list[onnx.ValueInfoProto],
+    ) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
+        """The model's nodes and value infos with the checks of ``guards`` added."""
+        checks = [self._check(g) for g in guards]
+        checks += [self._nonzero(name, text) for name, text in self._divisors.items()]
+        check = checks[0]
+        for other in checks[1:]:
+            check = self._node("Mul", [check, other], "shape_guards")
+        produced = {name for proto in body for name in proto.output}
+        renamed = {
+            v.name: self.scope.fresh(f"{v.name}_unguarded")
+            for v in self.graph.output_values
+            if v.name in produced
+        }
+        for proto in body:
+            for field in (proto.input, proto.output):
+                for i, name in enumerate(field):
+                    field[i] = renamed.get(name, name)
+        tail: list[onnx.NodeProto] = []
+        guarded = self.nodes
+        self.nodes = tail
+        for v in self.graph.output_values:
+            if v.name in renamed:
+                raw = renamed[v.name]
+                value_info.append(_value_info_of(raw, v.type))
+                shape = self._node("Shape", [raw], f"{v.name}_shape")
+                shape = self._node("Mul", [shape, check], f"{v.name}_shape")
+                name = self.scope.fresh(f"{v.name}_guarded")
+                self._node("Reshape", [raw, shape], v.name, out=v.name, name=name, allowzero=1)
+        return guarded + body + tail, value_info
+
+    # -- one guard ------------------------------------------------------------------------
+
+    def _check(self, guard: ShapeGuard) -> str:
+        """The int64 ``[1]`` value ``[1]``, computed by a node that fails unless ``guard``
+        holds for the inputs' sizes."""
+        missing = sorted(guard.symbols - self._sources.keys())
+        if missing:
+            raise UnsupportedOperationError(
+                f"graph {self.graph.name!r}: shape guard {_guard_text(guard)} uses the size(s) "
+                f"{', '.join(missing)}, which no input axis gives, so an ONNX model cannot check "
+                "it; trace the function with static sizes (or kiln.trace with example inputs "
+                "whose dynamic axes are the graph's inputs' axes) to export it"
+            )
+        diff = self._size(guard.left - guard.right)
+        zero = self._constant(0)
+        if guard.op == "!=":
+            ok = self._node("Not", [self._node("Equal", [diff, zero], "guard_eq")], "guard_ok")
+        else:
+            ok = self._node(_COMPARE[guard.op], [diff, zero], "guard_ok")
+        return self._fail_unless(ok, f"kiln shape guard {_guard_text(guard)}")
+
+    def _nonzero(self, divisor: str, text: str) -> str:
+        zero = self._node("Equal", [divisor, self._constant(0)], "divisor_zero")
+        ok = self._node("Not", [zero], "guard_ok")
+        return self._fail_unless(ok, f"kiln shape guard `{text} != 0` (a divisor of a guard)")
+
+    def _fail_unless(self, ok: str, what: str) -> str:
+        onnx = _onnx()
+        flag = self._node("Cast", [ok], "guard_flag", to=onnx.TensorProto.INT64)
+        index = self._node("Sub", [self._constant(1), flag], "guard_index")
+        out = self.scope.fresh("shape_guard")
+        message = f"{what} is false for these input sizes, which the model does not hold for"
+        self._node("Gather", [self._constant(1), index], out, out=out, name=f"{out}: {message}")
+        return out
+
+    # -- sizes as int64 [1] tensors -------------------------------------------------------
+
+    def _size(self, d: Dim) -> str:
+        """The value computing size ``d`` from the inputs' shapes."""
+        if isinstance(d, int):
+            return self._constant(d)
+        cached = self._sizes.get(d)
+        if cached is not None:
+            return cached
+        total: str | None = None
+        # The canonical polynomial (sum of coefficient * product of atoms), as the tracer's
+        # size_tensor reads it.
+        for mono, coef in d._terms:
+            term = None if coef == 1 and mono else self._constant(coef)
+            for atom, power in mono:
+                for _ in range(power):
+                    factor = self._atom(atom)
+                    term = factor if term is None else self._node("Mul", [term, factor], "size")
+            assert term is not None
+            total = term if total is None else self._node("Add", [total, term], "size")
+        assert total is not None
+        self._sizes[d] = total
+        return total
+
+    def _atom(self, atom: Any) -> str:
+        cached = self._sizes.get(atom)
+        if cached is not None:
+            return cached
+        if isinstance(atom, str):
+            name, axis = self._sources[atom]
+            out = self._node("Shape", [name], atom, start=axis, end=axis + 1)
+        else:
+            kind, a, b = atom
+            ta, tb = self._size(a), self._size(b)
+            if kind in ("//", "%"):
+                if not isinstance(b, int):  # Python raises for a zero divisor: so does the check
+                    self._divisors.setdefault(tb, str(b))
+                    is_zero = self._node("Equal", [tb, self._constant(0)], "divisor_zero")
+                    tb = self._node("Where", [is_zero, self._constant(1), tb], "divisor")
+                rem = self._node("Mod", [ta, tb], "size_mod", fmod=0)  # Python's %
+                if kind == "%":
+                    out = rem
+                else:  # floor division: exact after taking away the remainder
+                    out = self._node("Div", [self._node("Sub", [ta, rem], "size"), tb], "size")
+            elif kind in ("max", "min"):
+                out = self._node(kind.capitalize(), [ta, tb], f"size_{kind}")
+            else:  # bcast: b where a is 1, else a
+                is_one = self._node("Equal", [ta, self._constant(1)], "size_is_one")
+                out = self._node("Where", [is_one, tb, ta], "size_bcast")
+        self._sizes[atom] = out
+        return out
+
+    def _constant(self, n: int) -> str:
+        name = self._constants.get(n)
+        if name is None:
+            name = self.scope.fresh(f"guard_const_{n}".replace("-", "neg"))
+            self.initializers.append(_tensor_proto(np.asarray([n], dtype=np.int64), name))
+            self._constants[n] = name
+        return name
+
+    def _node(
+        self,
+        op: str,
+        inputs: list[str],
+        hint: str,
+        *,
+        out: str | None = None,
+        name: str = "",
+        **attrs: Any,
+    ) -> str:
+        """Add one node; its output is ``out`` or a fresh name from ``hint``."""
+        out = out or self.scope.fresh(hint)
+        node = _onnx().helper.make_node(op, inputs, [out], name=name or out, **attrs)
+        self.nodes.append(node)
+        return out
 
 
 # -- values and tensors --------------------------------------------------------------------
