@@ -1,5 +1,5 @@
-"""kiln.Tensor (SPEC §2): immutability, metadata, host conversions, NumPy/DLPack interop, and the
-constructors (tensor, asarray, zeros/ones/full/empty/arange and *_like)."""
+"""kiln.Tensor (SPEC §2): NumPy's in-place semantics, metadata, host conversions, NumPy/DLPack
+interop, and the constructors (tensor, asarray, zeros/ones/full/empty/arange and *_like)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,102 @@ def _f32(values: object) -> kiln.Tensor:
     return kiln.tensor(values, dtype=kiln.float32)
 
 
-# -- immutability ------------------------------------------------------------------------------
+# -- in place, as NumPy ------------------------------------------------------------------------
+
+_BASE = np.arange(12, dtype=np.int16).reshape(3, 4) - 5
+
+# (id, index, value): ``t[index] = value`` on a tensor of _BASE against the same on a copy of
+# _BASE; the tensor index and value are also tried as kiln tensors.
+SETITEMS: list[tuple[str, object, object]] = [
+    ("int", 1, 7),
+    ("neg-int", -1, np.arange(4)),
+    ("ints", (2, -1), 99),
+    ("slice", (slice(None), slice(1, None)), -3),
+    ("neg-step", (slice(None, None, -2), 0), np.array([8, 9])),
+    ("newaxis-ellipsis", (None, Ellipsis, 1), 4),
+    ("broadcast-row", (slice(0, 2), Ellipsis), np.array([1, 2, 3, 4])),
+    ("array", np.array([0, -1]), 100),
+    ("repeat-last-wins", (np.array([1, 1, 1]), 2), np.array([5, 6, 7])),
+    ("mixed", (np.array([2, 0]), slice(1, 3)), np.array([[1, 2], [3, 4]])),
+    ("mask", _BASE > 0, 0),
+    ("mask-values", _BASE < -2, np.array([10, 20, 30])),
+    ("row-mask", np.array([True, False, True]), np.array([[1], [2]])),
+    ("cast", (0, slice(0, 2)), 2.7),  # truncated, as NumPy
+    ("extra-leading-ones", (0, slice(0, 2)), np.array([[[4, 5]]])),
+    ("empty", slice(3, None), 1),
+    ("whole", Ellipsis, np.array([[1, 2, 3, 4]])),
+]
 
 
-def test_item_assignment_raises_naming_the_functional_alternatives() -> None:
-    t = kiln.tensor([1, 2, 3])
-    with pytest.raises(TypeError, match="immutable") as info:
-        t[0] = 1
-    message = str(info.value)
-    assert "kiln.where" in message and "kiln.index_update" in message
-    assert t.tolist() == [1, 2, 3]
+@pytest.mark.parametrize(
+    ("index", "value"), [u[1:] for u in SETITEMS], ids=[u[0] for u in SETITEMS]
+)
+@pytest.mark.parametrize("kiln_operands", [False, True])
+@pytest.mark.parametrize("dtype", ["int16", "float32", "float64", "bool"])
+def test_item_assignment_writes_in_place_as_numpy(
+    index: object, value: object, kiln_operands: bool, dtype: str
+) -> None:
+    base = _BASE.astype(dtype)
+    want = base.copy()
+    want[index] = value  # type: ignore[index]
+    t = kiln.tensor(base)
+    data = t.numpy()
+    if kiln_operands:
+        if isinstance(index, tuple):
+            index = tuple(kiln.asarray(i) if isinstance(i, np.ndarray) else i for i in index)
+        elif isinstance(index, np.ndarray):
+            index = kiln.asarray(index)
+        if isinstance(value, np.ndarray):
+            value = kiln.asarray(value)
+    t[index] = value
+    assert_close(t, want)  # values, dtype and shape
+    assert t.numpy() is data or np.shares_memory(t.numpy(), data)  # in place: the same memory
+    assert_close(data, want)
+
+
+def test_item_assignment_raises_numpys_errors() -> None:
+    cases = [
+        (lambda a: a.__setitem__(slice(0, 3), np.array([1, 2])), ValueError, "broadcast"),
+        (lambda a: a.__setitem__(0, 300), OverflowError, "out of bounds"),
+        (lambda a: a.__setitem__(5, 1), IndexError, "out of bounds"),
+        (lambda a: a.__setitem__(np.array([True]), 1), IndexError, "boolean index"),
+    ]
+    for write, error, text in cases:
+        a = np.array([1, 2, 3], dtype=np.int8)
+        t = kiln.tensor(a)
+        with pytest.raises(error, match=text):
+            write(a)
+        with pytest.raises(error, match=text):
+            write(t)
+        assert t.tolist() == a.tolist() == [1, 2, 3]
+
+
+def test_writes_through_views_reach_the_base_as_numpy() -> None:
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    t = kiln.tensor(a)
+    for view_a, view_t in (
+        (a[1], t[1]),
+        (a[:, ::-2], t[:, ::-2]),
+        (a.T, t.T),
+        (a.reshape(3, 2), t.reshape(3, 2)),
+        (a[..., None], t[..., None]),
+    ):
+        assert np.shares_memory(view_t.numpy(), t.numpy())
+        view_a[...] = view_a * 2 + 1
+        view_t[...] = view_t * 2 + 1
+        assert_close(t, a)
+        a[0, 0] -= 3.0  # a write to the base is seen through the view
+        t[0, 0] -= 3.0
+        assert_close(view_t, view_a)
+    for copy_a, copy_t in (
+        (a[[0, 1]], t[[0, 1]]),
+        (a[a > 3], t[t > 3]),
+        (a.T.reshape(6), t.T.reshape(6)),
+    ):
+        assert not np.shares_memory(copy_t.numpy(), t.numpy())  # NumPy copies here
+        copy_a[...] = 0
+        copy_t[...] = 0
+        assert_close(t, a)
 
 
 def test_attributes_cannot_be_added() -> None:
@@ -41,17 +127,34 @@ def test_attributes_cannot_be_added() -> None:
         t.extra = 1  # type: ignore[attr-defined]
 
 
-def test_numpy_view_is_read_only() -> None:
+def test_numpy_view_is_writable_and_aliases_the_tensor() -> None:
     t = _f32([1.0, 2.0])
     view = t.numpy()
-    assert not view.flags.writeable
-    with pytest.raises(ValueError, match="read-only"):
-        view[0] = 5.0
+    assert view.flags.writeable
+    view[0] = 5.0
+    assert t.tolist() == [5.0, 2.0]
     asarray_view = np.asarray(t)
-    assert not asarray_view.flags.writeable
-    with pytest.raises(ValueError):
-        asarray_view += 1
-    assert t.tolist() == [1.0, 2.0]
+    assert asarray_view.flags.writeable and np.shares_memory(asarray_view, view)
+    asarray_view += 1
+    assert t.tolist() == [6.0, 3.0]
+    t[1] = -1.0  # and a write to the tensor is seen through the arrays
+    assert view.tolist() == asarray_view.tolist() == [6.0, -1.0]
+
+
+def test_a_read_only_array_stays_read_only_as_numpy() -> None:
+    a = np.arange(3.0)
+    a.flags.writeable = False
+    t = kiln.asarray(a)  # shares memory, so it is read-only where np.asarray(a) is
+    assert np.shares_memory(t.numpy(), a) and not t.numpy().flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(a)[0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        t[0] = 1.0
+    assert a.tolist() == t.tolist() == [0.0, 1.0, 2.0]
+    u = kiln.tensor(a)  # a copy, writable as np.array(a)
+    assert u.numpy().flags.writeable == np.array(a).flags.writeable
+    u[0] = 1.0
+    assert a.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_tensor_copies_its_source() -> None:
@@ -207,14 +310,41 @@ def test_pickle_round_trip(dtype: str) -> None:
     assert isinstance(back, kiln.Tensor)
     assert back.dtype == t.dtype and back.shape == t.shape
     assert back.tolist() == t.tolist()
-    assert not back.numpy().flags.writeable
+    a = t.numpy()
+    a_back = pickle.loads(pickle.dumps(a))
+    assert back.numpy().flags.writeable == a_back.flags.writeable  # writable, as NumPy's
+    assert not np.shares_memory(back.numpy(), a)
+    back[0, 0] = 0
+    a_back[0, 0] = 0
+    assert back.tolist() == a_back.tolist()
+    assert t.tolist() == a.tolist() == kiln.tensor([[1, 0, 1]], dtype=dtype).tolist()
 
 
-def test_copy_and_deepcopy_are_the_same_immutable_tensor() -> None:
-    t = kiln.tensor([1.0, 2.0])
-    assert copy.copy(t) is t
-    assert copy.deepcopy(t) is t
-    assert copy.deepcopy({"w": t})["w"] is t
+@pytest.mark.parametrize(
+    "make",
+    [copy.copy, copy.deepcopy, lambda x: x.copy(), operator.pos, lambda x: x.flatten()],
+    ids=["copy.copy", "copy.deepcopy", "method-copy", "unary-plus", "flatten"],
+)
+def test_copies_are_new_writable_tensors_as_numpy(make: object) -> None:
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    t = kiln.tensor(a)
+    got, want = make(t), make(a)  # type: ignore[operator]
+    assert isinstance(got, kiln.Tensor) and got is not t
+    assert_close(got, want)
+    assert not np.shares_memory(got.numpy(), t.numpy()) and not np.shares_memory(want, a)
+    assert got.numpy().flags.writeable == want.flags.writeable
+    got[0] = 9.0
+    want[0] = 9.0
+    assert_close(got, want)
+    assert t.tolist() == a.tolist() == [[1.0, 2.0], [3.0, 4.0]]  # the original is untouched
+
+
+def test_deepcopy_keeps_shared_references_shared_as_numpy() -> None:
+    a = np.array([1.0, 2.0])
+    t = kiln.tensor(a)
+    got, want = copy.deepcopy({"w": t, "v": t}), copy.deepcopy({"w": a, "v": a})
+    assert want["w"] is want["v"] and got["w"] is got["v"]
+    assert got["w"] is not t and not np.shares_memory(got["w"].numpy(), t.numpy())
 
 
 # -- NumPy interop -----------------------------------------------------------------------------
@@ -259,20 +389,41 @@ def test_dlpack_round_trip_through_kiln() -> None:
     assert np.shares_memory(u.numpy(), t.numpy())
 
 
-def test_numpy_from_dlpack_of_a_tensor_shares_read_only_memory() -> None:
-    t = kiln.tensor([1, 2, 3], dtype="int16")
+@pytest.mark.parametrize("writeable", [True, False])
+def test_numpy_from_dlpack_of_a_tensor_shares_memory_as_numpy(writeable: bool) -> None:
+    source = np.array([1, 2, 3], dtype=np.int16)
+    source.flags.writeable = writeable
+    t = kiln.asarray(source)
     a = np.from_dlpack(t)
+    want = np.from_dlpack(source)  # what NumPy's own exchange gives
     assert a.dtype == np.int16 and a.tolist() == [1, 2, 3]
-    assert np.shares_memory(a, t.numpy())
-    assert not a.flags.writeable  # the consumer cannot mutate the immutable tensor
+    assert np.shares_memory(a, t.numpy()) and np.shares_memory(want, source)
+    assert a.flags.writeable == want.flags.writeable == writeable
+    if writeable:
+        a[0] = 7  # the consumer's write is the tensor's, as with NumPy's arrays
+        assert t.tolist() == source.tolist() == [7, 2, 3]
+        t[2] = -1
+        assert a.tolist() == [7, 2, -1]
 
 
-def test_kiln_from_dlpack_of_a_numpy_array_shares_memory() -> None:
+@pytest.mark.parametrize("writeable", [True, False])
+def test_kiln_from_dlpack_of_a_numpy_array_shares_memory(writeable: bool) -> None:
     a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    a.flags.writeable = writeable
     t = kiln.from_dlpack(a)
+    want = np.from_dlpack(a)
     assert t.shape == (2, 3) and t.dtype == kiln.float64
-    assert np.shares_memory(t.numpy(), a)
-    assert not t.numpy().flags.writeable
+    assert np.shares_memory(t.numpy(), a) and np.shares_memory(want, a)
+    assert t.numpy().flags.writeable == want.flags.writeable == writeable
+    if writeable:
+        t[0, 0] = 100.0
+        assert a[0, 0] == 100.0
+        a[1, 2] = -1.0
+        assert t.tolist() == [[100.0, 1.0, 2.0], [3.0, 4.0, -1.0]]
+    else:
+        with pytest.raises(ValueError, match="read-only"):
+            t[0, 0] = 100.0
+        assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
 def test_from_dlpack_refuses_non_cpu_objects() -> None:
@@ -372,8 +523,15 @@ def test_zeros_ones_empty(shape: object, dtype: object) -> None:
     for make, expected in ((kiln.zeros, np.zeros), (kiln.ones, np.ones), (kiln.empty, np.zeros)):
         t = make(shape, dtype=dtype)
         assert isinstance(t, kiln.Tensor)
-        assert_close(t, expected(shape, dtype=want))
-        assert not t.numpy().flags.writeable
+        want_array = expected(shape, dtype=want)
+        assert_close(t, want_array)
+        assert t.numpy().flags.writeable == want_array.flags.writeable  # writable, as NumPy's
+        other = make(shape, dtype=dtype)
+        assert not np.shares_memory(t.numpy(), other.numpy())  # each call its own memory
+        t[...] = 1
+        want_array[...] = 1
+        assert_close(t, want_array)
+        assert_close(other, expected(shape, dtype=want))  # untouched by the write
 
 
 def test_full() -> None:

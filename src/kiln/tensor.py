@@ -1,8 +1,12 @@
-"""``kiln.Tensor``: an immutable n-d array, the constructors that wrap data in one, and the
-eager dispatch door.
+"""``kiln.Tensor``: an n-d array, the constructors that wrap data in one, and the eager dispatch
+door.
 
-On the CPU a tensor's storage is a read-only NumPy array: ``np.asarray(t)`` and ``t.numpy()``
-return it without copying. Every computation on a tensor (operators, methods, ``kiln.*``
+On the CPU a tensor's storage is a NumPy array: ``np.asarray(t)`` and ``t.numpy()`` return it
+without copying. Tensors follow NumPy's in-place API (``t[i] = v``, ``t += u``, ``out=``,
+``np.copyto``, ``fill``; attached by :mod:`kiln.functions.inplace`), and they alias as NumPy
+arrays do: the result of a view operator (an op with the ``VIEW`` trait: slicing, transpose,
+reshape where NumPy gives a view) shares its input's memory, every other result is a new array
+(:func:`fresh_outputs`). Every computation on a tensor (operators, methods, ``kiln.*``
 functions and NumPy functions applied to it) goes through :func:`dispatch`: while a tracer is
 installed it records the call, otherwise the operator's kernel runs here and its arrays come back
 as tensors.
@@ -24,7 +28,7 @@ from .device import Device, PlaceLike, as_device, cpu, require_backend
 from .errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
 from .ops.dispatch import current_handler, eager_kernel, handler_now, run_kernel, run_quiet
 from .ops.folding import FOLDING_LIMITS
-from .ops.registry import OpDef, TensorType, get_op
+from .ops.registry import VIEW, OpDef, TensorType, get_op
 from .symbolic import Dim, Shape, format_shape
 
 if TYPE_CHECKING:
@@ -38,6 +42,9 @@ __all__ = [
     "plain_array",
     "dispatch",
     "call",
+    "fresh_outputs",
+    "rebind",
+    "memory_root",
 ]
 
 # Small integer tensors carry their contents in their TensorType, so shape arithmetic
@@ -47,15 +54,48 @@ _VALUE_LIMIT = FOLDING_LIMITS.known_ints
 _FLOAT_VALUE_LIMIT = FOLDING_LIMITS.known_floats
 
 
-def _readonly(array: np.ndarray) -> np.ndarray:
-    if array.flags.writeable:
-        array = array.view()
-        array.flags.writeable = False
+def memory_root(array: np.ndarray) -> Any:
+    """The object that owns ``array``'s memory (the end of its ``base`` chain): a view of an
+    array, even an empty one, has the array's root; a copy has its own."""
+    base = array.base
+    while base is not None:
+        array = base
+        base = getattr(array, "base", None)
     return array
 
 
+def fresh_outputs(
+    op: OpDef, arrays: Sequence[np.ndarray | None], results: Sequence[np.ndarray]
+) -> Sequence[np.ndarray]:
+    """``results`` of ``op`` on ``arrays``, aliasing as NumPy's results do: a view operator's
+    result may share its input's memory (a write through it reaches the input); any other
+    result that shares memory with an input (a kernel returning its input unchanged, as
+    ``Identity`` and a no-op ``Cast`` do) is copied, since NumPy gives a new array there."""
+    if VIEW in op.traits:
+        return results
+    for array in results:
+        if array.base is not None or not array.flags.writeable:
+            break  # maybe a view of an input's memory, or read-only: look closer
+        for a in arrays:
+            if a is array:
+                break
+        else:
+            continue
+        break  # an input itself
+    else:
+        return results  # new arrays (the common case)
+    roots = [memory_root(a) for a in arrays if a is not None]
+    out = []
+    for array in results:
+        root = memory_root(array)
+        shared = any(root is r for r in roots)
+        out.append(array.copy() if shared or not array.flags.writeable else array)
+    return tuple(out)
+
+
 class Tensor:
-    """An immutable n-dimensional array with a dtype, a shape and a device.
+    """An n-dimensional array with a dtype, a shape and a device (NumPy's semantics,
+    in-place writes included).
 
     Build one with :func:`kiln.tensor` (copies) or :func:`kiln.asarray` (no copy when possible).
     Its NumPy-style methods and operators are attached by
@@ -81,7 +121,7 @@ class Tensor:
     def __init__(self, data: Any, dtype: DTypeLike | None = None) -> None:
         array = _native(np.array(data, dtype=None if dtype is None else dtypes.as_dtype(dtype)))
         check_supported(array)
-        self._data = _readonly(array)
+        self._data = array
         self._meta = None
         self._trace = None
 
@@ -89,7 +129,7 @@ class Tensor:
     def _wrap(cls, array: np.ndarray) -> Tensor:
         """A tensor over ``array`` without copying or checks (kernels' outputs)."""
         t = object.__new__(cls)
-        t._data = _readonly(array)
+        t._data = array
         t._meta = None
         t._trace = None
         return t
@@ -99,7 +139,7 @@ class Tensor:
         """A tensor a tracer records: its type, the tracer's reference, and its values when the
         tracer computed them (``None``: symbolic only)."""
         t = object.__new__(cls)
-        t._data = None if data is None else _readonly(data)
+        t._data = data
         t._meta = ttype
         t._trace = trace
         return t
@@ -118,8 +158,10 @@ class Tensor:
                 value = tuple(int(v) for v in data.reshape(-1).tolist())
             elif data.ndim == 1 and data.size <= _FLOAT_VALUE_LIMIT and data.dtype.kind == "f":
                 value = tuple(float(v) for v in data.tolist())  # e.g. Resize's scales
-            meta = self._meta = TensorType(data.dtype, data.shape, value)
-        return meta
+            meta = TensorType(data.dtype, data.shape, value)
+            if value is None or not data.flags.writeable:
+                self._meta = meta  # contents that a write (here or through a view) can change
+        return meta  # are read anew each time
 
     @property
     def dtype(self) -> np.dtype:
@@ -165,7 +207,7 @@ class Tensor:
         return self._data
 
     def numpy(self) -> np.ndarray:
-        """The values as a read-only NumPy array (zero-copy on the CPU)."""
+        """The values as a NumPy array sharing the tensor's memory (zero-copy on the CPU)."""
         return self._host("Tensor.numpy()")
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -265,26 +307,8 @@ class Tensor:
             return format(self._data.item(), spec)
         return str(self)
 
-    def __copy__(self) -> Tensor:
-        return self  # immutable
-
-    def __deepcopy__(self, memo: dict) -> Tensor:
-        return self
-
     def __reduce__(self) -> tuple:
         return (Tensor._wrap, (np.array(self.numpy()),))
-
-    # -- immutability ---------------------------------------------------------------------
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        raise TypeError(
-            "kiln tensors are immutable: t[index] = value is not supported. Build the updated "
-            "tensor instead, e.g. kiln.where(mask, value, t), or kiln.index_update(t, index, "
-            "value) for an indexed update"
-        )
-
-    def __pos__(self) -> Tensor:
-        return self
 
     # -- attached by kiln.functions.tensor_methods ----------------------------------------
 
@@ -326,6 +350,7 @@ class Tensor:
         def __xor__(self, other: Any) -> Tensor: ...
         def __rxor__(self, other: Any) -> Tensor: ...
         def __invert__(self) -> Tensor: ...
+        def __pos__(self) -> Tensor: ...
         def __neg__(self) -> Tensor: ...
         def __abs__(self) -> Tensor: ...
         def __eq__(self, other: Any) -> Tensor: ...  # type: ignore[override]
@@ -335,6 +360,27 @@ class Tensor:
         def __gt__(self, other: Any) -> Tensor: ...
         def __ge__(self, other: Any) -> Tensor: ...
         def __getitem__(self, index: Any) -> Tensor: ...
+        def __setitem__(self, index: Any, value: Any) -> None: ...
+        def __copy__(self) -> Tensor: ...
+        def __deepcopy__(self, memo: dict) -> Tensor: ...
+        def __iadd__(self, other: Any) -> Tensor: ...
+        def __isub__(self, other: Any) -> Tensor: ...
+        def __imul__(self, other: Any) -> Tensor: ...
+        def __itruediv__(self, other: Any) -> Tensor: ...
+        def __ifloordiv__(self, other: Any) -> Tensor: ...
+        def __imod__(self, other: Any) -> Tensor: ...
+        def __ipow__(self, other: Any) -> Tensor: ...
+        def __imatmul__(self, other: Any) -> Tensor: ...
+        def __iand__(self, other: Any) -> Tensor: ...
+        def __ior__(self, other: Any) -> Tensor: ...
+        def __ixor__(self, other: Any) -> Tensor: ...
+        def __ilshift__(self, other: Any) -> Tensor: ...
+        def __irshift__(self, other: Any) -> Tensor: ...
+        def fill(self, value: Any) -> None: ...
+        def __lshift__(self, other: Any) -> Any: ...
+        def __rlshift__(self, other: Any) -> Any: ...
+        def __rshift__(self, other: Any) -> Any: ...
+        def __rrshift__(self, other: Any) -> Any: ...
 
         def astype(self, dtype: DTypeLike) -> Tensor: ...
         def copy(self, order: str = "C") -> Tensor: ...
@@ -401,6 +447,14 @@ def _native(array: np.ndarray) -> np.ndarray:
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     return array
+
+
+def rebind(t: Tensor, trace: Any, ttype: TensorType) -> None:
+    """Point the recording tensor ``t`` at another graph value (``trace``, of type ``ttype``):
+    a tracer's new version of an array after a write into it, or a view it re-read
+    (:mod:`kiln.capture.views`). Its values, when it has them, stay where they are."""
+    t._trace = trace
+    t._meta = ttype
 
 
 # check_supported, check_place and unwrap are shared with kiln.functions.creation (kiln.zeros,
@@ -507,11 +561,12 @@ class _Eager:
     :func:`~kiln.ops.dispatch.eager_kernel`), and whether the key alone decides the call
     (``False``: the contents of small inputs are part of the key)."""
 
-    __slots__ = ("kernel", "value_free")
+    __slots__ = ("kernel", "value_free", "op")
 
-    def __init__(self, kernel: Callable[..., Any], value_free: bool) -> None:
+    def __init__(self, kernel: Callable[..., Any], value_free: bool, op: OpDef) -> None:
         self.kernel = kernel
         self.value_free = value_free
+        self.op = op  # its traits decide whether a result may alias an input
 
 
 _eager: dict[Any, _Eager] = {}
@@ -564,11 +619,8 @@ def _eager_call(
     except Exception:
         return None  # the full path validates the call and raises the operator's error
     wrapped = []
-    for array in results:
+    for array in fresh_outputs(entry.op, arrays, results):
         t = _new_tensor(Tensor)
-        if array.flags.writeable:
-            array = array.view()
-            array.flags.writeable = False
         t._data = array
         t._meta = None
         t._trace = None
@@ -603,7 +655,8 @@ def _eager_first(
     opdef.check_arity(len(inputs))
     types = [None if t is None else t.type for t in inputs]
     outs = opdef.infer(types, bound)  # validates the call; raises errors naming the operator
-    outputs = tuple(Tensor._wrap(a) for a in run_kernel(opdef, arrays, bound))
+    results = fresh_outputs(opdef, arrays, run_kernel(opdef, arrays, bound))
+    outputs = tuple(Tensor._wrap(a) for a in results)
     bare = [None if t is None else TensorType(t.dtype, t.shape) for t in types]
     try:
         plain = opdef.infer(bare, bound)
@@ -619,10 +672,10 @@ def _eager_first(
     if len(_eager) >= _EAGER_LIMIT:
         _eager.clear()
     if value_free and base not in _eager:
-        _eager[base] = _Eager(kernel, True)
+        _eager[base] = _Eager(kernel, True, opdef)
     else:  # once a key's contents mattered, they stay part of it
-        _eager[base] = _Eager(kernel, False)
-        _eager[(base, _contents_key(arrays))] = _Eager(kernel, True)
+        _eager[base] = _Eager(kernel, False, opdef)
+        _eager[(base, _contents_key(arrays))] = _Eager(kernel, True, opdef)
     return outputs
 
 
@@ -658,7 +711,9 @@ def dispatch(
     types = [None if t is None else t.type for t in inputs]
     opdef.infer(types, bound)  # validates the call; raises errors that name the operator
     arrays = [None if t is None else t._data for t in inputs]
-    return tuple(Tensor._wrap(a) for a in run_kernel(opdef, arrays, bound))
+    return tuple(
+        Tensor._wrap(a) for a in fresh_outputs(opdef, arrays, run_kernel(opdef, arrays, bound))
+    )
 
 
 def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:

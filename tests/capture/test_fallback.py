@@ -70,6 +70,15 @@ CAPTURED = {
     "copy": (lambda a: a.copy() + 1, X),
     "copy_order": (lambda a: a.copy(order="F") * 2, XI),
     "np_copy": (lambda a: np.copy(a) - 1, X),
+    # out= on a ufunc is a recorded write (np.empty is a recorded array during a capture)
+    "ufunc_out_empty": (lambda a: np.exp(a, out=np.empty((3, 4), np.float32)), X),
+    "matmul_out": (lambda a: np.matmul(a, a.T, out=np.zeros((3, 3), np.float32)), X),
+    "reduction_out_array": (lambda a: np.sum(a, axis=0, out=np.empty(4, np.float32)) + 1, X),
+    "concatenate_out_array": (
+        lambda a: np.concatenate([a, a], out=np.zeros((6, 4), np.float32)) * 2,
+        X,
+    ),
+    "ufunc_out_zeros_int": (lambda a: np.add(a, a, out=np.zeros((3, 4), np.int8)) * 2, XI),
 }
 
 
@@ -99,7 +108,6 @@ FALLBACK = {
         X,
         "np.add",
     ),
-    "ufunc_out_array": (lambda a: np.exp(a, out=np.empty((3, 4), np.float32)), X, "np.exp"),
     "ufunc_comparison_dtype": (lambda a: np.less(a, 0.5, dtype=bool), X, "np.less"),
     "logical_reduce_initial": (
         lambda a: np.logical_or.reduce(a > 0, initial=True),
@@ -141,18 +149,42 @@ def test_invalid_call_raises_numpys_error(fullgraph) -> None:
         kiln.compile(lambda a: np.where(a > 0, a), fullgraph=fullgraph)(X)
 
 
-def test_out_into_a_computed_array_is_named() -> None:
-    # Writing into an array computed from the inputs is an in-place write kiln does not record
-    # yet: fullgraph=True names it; otherwise the TypeError says so.
+def test_ufunc_out_into_a_computed_array_is_recorded() -> None:
+    # Writing a ufunc's result into an array computed from the inputs is a recorded write:
+    # the graph serves later calls, with NumPy's values (the returned array is the out one).
     def fn(a):
         buf = a * 0
-        np.exp(a, out=buf)
-        return buf
+        result = np.exp(a, out=buf)
+        return buf + 1, result is buf
 
-    with pytest.raises(CaptureError, match=r"np.exp\(\.\.\., out="):
-        kiln.compile(fn, fullgraph=True)(X)
-    with pytest.raises(TypeError, match="does not record writes"):
-        kiln.compile(fn)(X)
+    for x in (X, X[::-1] * 2):
+        expected, aliased = fn(x)
+        assert aliased
+        for got in (kiln.compile(fn)(x), kiln.compile(fn, fullgraph=True)(x)):
+            assert_close(got[0], expected)
+            assert got[1] is True
+    results, warned, captured = _run(lambda a: fn(a)[0], X)
+    assert warned == [] and captured, warned
+    for got in results:
+        assert_close(got, fn(X)[0])
+
+
+def test_out_into_a_computed_array_by_a_non_ufunc_is_recorded() -> None:
+    # out= on a NumPy function kiln implements (a reduction) is a recorded write too: kiln's
+    # result without out=, written into the out tensor after NumPy's own call checked it.
+    def fn(a):
+        buf = a[0] * 0
+        result = np.sum(a, axis=0, out=buf)
+        return buf, result is buf
+
+    expected = np.sum(X, axis=0)
+    got, aliased = kiln.compile(fn, fullgraph=True)(X)
+    assert_close(got, expected)
+    assert aliased
+    results, warned, captured = _run(lambda a: fn(a)[0], X)
+    assert warned == [] and captured, warned
+    for got in results:
+        assert_close(got, expected)
 
 
 def test_fallback_reason_is_in_the_history() -> None:

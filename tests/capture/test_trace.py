@@ -104,13 +104,32 @@ def test_calling_with_another_structure_or_static_value_raises():
         tg((ones(2),), 3)
 
 
-def test_closure_tensors_become_constants_without_copy():
+def test_closure_tensors_become_copied_constants_a_later_write_cannot_change():
     w = rand(3, 3)
     wt = kiln.asarray(w)
-    tg = kiln.trace(lambda x: x + wt, ones(3, 3))
+    tg = finalized(kiln.trace(lambda x: x + wt, ones(3, 3)))
+    (const,) = tg.graph.constants
+    assert not np.shares_memory(const.data, w)  # a writable array is copied
+    assert tg.input_names == ["x"]
+    want = ones(3, 3) + w
+    w[...] = 100.0  # the closure's array changes after tracing, as NumPy allows
+    wt[0, 0] = -1.0
+    assert w[0, 0] == -1.0 and w[1, 1] == 100.0  # the writes are NumPy's, on w
+    (out,) = tg.run([ones(3, 3)])
+    assert_close(out, want)  # the traced graph keeps the values it saw
+    assert_close(tg(ones(3, 3)), want)
+
+
+def test_closure_read_only_arrays_become_constants_without_copy():
+    w = rand(3, 3)
+    w.flags.writeable = False  # nothing can change it: shared, not copied
+    wt = kiln.asarray(w)
+    tg = finalized(kiln.trace(lambda x: x + wt, ones(3, 3)))
     (const,) = tg.graph.constants
     assert np.shares_memory(const.data, w)
     assert tg.input_names == ["x"]
+    (out,) = tg.run([ones(3, 3)])
+    assert_close(out, ones(3, 3) + w)
 
 
 def test_signature_only_trace_runs_for_every_batch_size():
@@ -170,7 +189,7 @@ def test_run_by_name_and_input_errors():
         (lambda x: x + 1.0 if x else x, "bool(tensor)"),
         (lambda x: x * int(x), "int(tensor)"),
         (lambda x: x.item(), "Tensor.item()"),
-        (lambda x: np.asarray(x), "np.asarray(tensor)"),
+        (lambda x: np.ascontiguousarray(x), "np.asarray(tensor)"),
         (lambda x: x.tolist(), "Tensor.tolist()"),
     ],
 )

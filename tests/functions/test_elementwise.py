@@ -397,7 +397,10 @@ def test_astype(src, dst) -> None:
     t = kiln.asarray(x)
     assert_close(t.astype(dst), x.astype(dst))
     assert_close(kiln.astype(t, dst), x.astype(dst))
-    assert t.astype(src) is t
+    same = t.astype(src)  # as NumPy: a new array by default, the array itself with copy=False
+    assert same is not t and not np.shares_memory(np.asarray(same), x)
+    assert_close(same, x)
+    assert t.astype(src, copy=False) is t
 
 
 def test_numpy_dispatch_returns_kiln_tensors() -> None:

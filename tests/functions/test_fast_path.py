@@ -154,12 +154,102 @@ def test_second_call_hits_the_cache() -> None:
     assert ktensor._eager == filled  # the same entry served the second call
 
 
-def test_results_are_read_only_and_fresh() -> None:
-    a = kiln.asarray(f32(1, 2, 3))
+# Operators whose kernel may hand back its input unchanged (a multiply by one, a same-dtype
+# cast, a no-op reshape, an identity) or a broadcast view must still give a fresh, writable
+# array, as NumPy does; a view operator gives a view, as NumPy does.
+_F = f32(1, -2, 3)
+_U = np.array([1, 0, 255], dtype=np.uint8)
+_I = np.array([-3, 0, 7], dtype=np.int32)
+
+
+FRESH = [
+    pytest.param(lambda a: a * 1.0, _F, id="mul-one"),
+    pytest.param(lambda a: a + 0, _I, id="add-zero"),
+    pytest.param(lambda a: a.copy(), _F, id="copy"),
+    pytest.param(lambda a: np.copy(a), _I, id="np-copy"),
+    pytest.param(lambda a: +a, _F, id="positive"),
+    pytest.param(lambda a: a.flatten(), _F, id="flatten"),
+    pytest.param(lambda a: a.clip(-10, 10), _F, id="clip-wide"),
+    pytest.param(lambda a: a.sum(axis=()), _F, id="sum-axis-empty"),
+    pytest.param(lambda a: a[[0, 1, 2]], _F, id="fancy-index"),
+    pytest.param(lambda a: a[a > 0], _F, id="mask"),
+    pytest.param(lambda a: np.abs(a), _F, id="abs-float"),
+    pytest.param(lambda a: np.pad(a, 0), _F, id="pad-zero"),
+    pytest.param(lambda a: np.maximum(a, -5.0), _F, id="maximum"),
+    pytest.param(lambda a: np.minimum(a, a), _I, id="minimum"),
+    pytest.param(lambda a: np.clip(a, None, 2.5), _F, id="clip-one-bound"),
+    pytest.param(
+        lambda a: a.astype(a.dtype),
+        _F,
+        id="astype-same",
+    ),
+    pytest.param(
+        lambda a: np.abs(a),
+        _U,
+        id="abs-uint",
+    ),
+    pytest.param(
+        lambda a: np.floor(a),
+        _I,
+        id="floor-int",
+    ),
+    pytest.param(
+        lambda a: np.concatenate([a]),
+        _F,
+        id="concatenate-one",
+    ),
+    pytest.param(
+        lambda a: np.tile(a, 1),
+        _F,
+        id="tile-one",
+    ),
+    pytest.param(
+        lambda a: np.stack([a])[0],
+        _I,
+        id="stack-one",
+    ),
+    pytest.param(
+        lambda a: np.pad(a[0], 1),
+        _F,
+        id="pad-0d",
+    ),
+]
+VIEWS: list[tuple[str, Callable[[Any], Any]]] = [
+    ("slice", lambda a: a[1:]),
+    ("full-slice", lambda a: a[:]),
+    ("transpose", lambda a: a.T),
+    ("reshape-same", lambda a: a.reshape(3)),
+    ("reshape", lambda a: a.reshape(3, 1)),
+    ("newaxis", lambda a: a[None]),
+]
+
+
+@pytest.mark.parametrize(("op", "x"), FRESH)
+def test_results_are_fresh_and_writable(op: Callable[[Any], Any], x: np.ndarray) -> None:
+    a = kiln.asarray(x.copy())
+    for _ in range(2):  # fills, then hits, the cache
+        y, want = op(a), op(x)
+        _same(y, want)
+        assert isinstance(y, kiln.Tensor) and y is not a
+        assert np.asarray(y).flags.writeable == want.flags.writeable
+        assert not np.shares_memory(np.asarray(y), np.asarray(a))  # as NumPy: a new array
+        assert not np.shares_memory(want, x)
+        y[...] = 7  # writing the result leaves the input alone
+        _same(a, x)
+
+
+@pytest.mark.parametrize("op", [f[1] for f in VIEWS], ids=[f[0] for f in VIEWS])
+def test_view_results_alias_their_input_as_numpy(op: Callable[[Any], Any]) -> None:
+    x = f32(1, 2, 3)
+    a = kiln.asarray(x.copy())
     for _ in range(2):
-        y = a * 1.0
-        assert not np.asarray(y).flags.writeable
-        assert not np.shares_memory(np.asarray(y), np.asarray(a))
+        y, want = op(a), op(x)
+        _same(y, want)
+        assert np.shares_memory(np.asarray(y), np.asarray(a)) and np.shares_memory(want, x)
+        assert np.asarray(y).flags.writeable == want.flags.writeable
+        y[...] = y * 2
+        want[...] = want * 2
+        _same(a, x)  # the write reached the base, as NumPy's
 
 
 def test_capture_bypasses_the_cache() -> None:

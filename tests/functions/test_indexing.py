@@ -112,10 +112,20 @@ def test_index_errors(index: Any, error: type, message: str) -> None:
         X[index]
 
 
-def test_tensor_setitem_names_index_update() -> None:
-    t = kiln.asarray(V)
-    with pytest.raises(TypeError, match="index_update"):
-        t[0] = 1
+def test_tensor_setitem_writes_as_numpy_and_agrees_with_index_update() -> None:
+    # t[index] = value is NumPy's in-place write (into the memory kiln.asarray shares);
+    # index_update is its functional form: the same values, the original left alone.
+    for name, array, index, value in UPDATES:
+        want = array.copy()
+        want[index] = value
+        source = array.copy()
+        t = kiln.asarray(source)
+        functional = index_update(t, index, value)
+        t[index] = value
+        assert_close(t, want, what=name)
+        assert_close(source, want, what=f"{name} (the shared array)")
+        assert_close(functional, want, what=f"{name} (index_update)")
+        assert not np.shares_memory(np.asarray(functional), source)
 
 
 UPDATES: list[tuple[str, np.ndarray, Any, Any]] = [
@@ -148,12 +158,19 @@ def test_index_update_matches_numpy_assignment(name, array, index, value) -> Non
 
 
 def test_index_update_errors() -> None:
-    t = kiln.asarray(V)
+    # The same errors as NumPy's assignment, and the original is untouched.
+    v = V.copy()
+    t = kiln.asarray(v)
+    with pytest.raises(ValueError, match="could not broadcast"):
+        v.copy()[0:3] = np.array([1, 2])
     with pytest.raises(ValueError, match="could not broadcast"):
         index_update(t, slice(0, 3), np.array([1, 2]))
+    v8 = v.astype(np.int8)
     with pytest.raises(OverflowError):
-        index_update(kiln.asarray(V.astype(np.int8)), 0, 300)
-    assert V.tolist() == list(range(-3, 3))  # the original is untouched
+        v8.copy()[0] = 300
+    with pytest.raises(OverflowError):
+        index_update(kiln.asarray(v8), 0, 300)
+    assert v.tolist() == v8.tolist() == t.tolist() == list(range(-3, 3))
 
 
 def test_getitem_is_the_tensor_method() -> None:

@@ -59,7 +59,7 @@ from ..tensor import Tensor
 from .implicit import ImplicitMiss
 from .policy import CaptureEvent, Decision, RecapturePolicy
 from .recorder import CaptureOptions, record_capture
-from .replay import Capture, GuardMiss, ReplayMiss, ShapeDrift, held_bytes
+from .replay import AliasedWrite, Capture, GuardMiss, ReplayMiss, ShapeDrift, held_bytes
 from .signature import CallSignature, positional_arrays
 from .trace import _parameter_names
 
@@ -300,6 +300,8 @@ class CompiledFunction:
                         return self._eager(args, kwargs, tensors_in)
                     try:
                         result = capture.replay.serve(flat[0], tensors_in)
+                    except AliasedWrite:
+                        return self._eager(args, kwargs, tensors_in)
                     except ReplayMiss as exc:
                         miss = exc.with_traceback(None)  # it outlives this block: hold no frame
                     else:
@@ -359,9 +361,14 @@ class CompiledFunction:
             return self._eager(signature.args, signature.kwargs, tensors_in)
         try:
             result = capture.replay.serve(signature.arrays, tensors_in)
+        except AliasedWrite:
+            return self._eager(signature.args, signature.kwargs, tensors_in)
         except ReplayMiss as exc:
             miss = exc.with_traceback(None)
         else:
+            if signature.converted and capture.replay.write_backs:
+                for original, copy in signature.converted:  # big-endian inputs written back
+                    np.copyto(original, copy)
             self._current = capture
             capture.last_used = call
             return result

@@ -168,6 +168,7 @@ def record_capture(
         names_rebound = ", ".join(repr(n) for n in implicit.rebound)
         tracer.abandoned = f"rebinding {names_rebound} (state outside the arguments)"
     tensors, names, outputs = output_leaves(result)
+    _check_written_inputs(tracer, slots, leaves, signature.converted)
     # Fresh copies: an eager result may view an input, a closure array or another result
     # (x.T.T, returning a weight, (y, y)); like the replay's outputs (see
     # kiln.exec.plan.output_copies) the capture call's results never alias. One copy of the
@@ -196,12 +197,17 @@ def record_capture(
                     for slot, value in tracer.implicit_inputs
                 ]
             )
+            snapshots = tracer.input_snapshots  # written inputs as they were before the call
             reference = (
-                [np.asarray(leaves[s.index]) for s in slots]
+                [np.asarray(snapshots.get(i, leaves[s.index])) for i, s in enumerate(slots)]
                 + [np.asarray(_array_of(slot.original)) for slot, _ in tracer.implicit_inputs],
-                [np.asarray(t._data) for t in tensors] + [np.asarray(g.expected) for g in guards],
+                [np.asarray(t._data) for t in tensors]
+                + [np.asarray(g.expected) for g in guards]
+                + [np.asarray(_array_of(leaves[slots[i].index])) for i, _ in tracer.write_backs],
             )
-        replay = _finalize(graph, options, outputs, len(tensors), guards, reference, reads)
+        replay = _finalize(
+            graph, options, outputs, len(tensors), guards, reference, reads, tracer.write_backs
+        )
         with _stage("preparing the replay"):
             explicit = graph.input_values[: len(slots)]
             inputs = replace(inputs, shapes=tuple(v.shape for v in explicit))
@@ -210,6 +216,38 @@ def record_capture(
     except _StageFailed as failed:
         return served, Capture(inputs, failure=failed.describe(slots))
     return served, Capture(inputs, graph, replay, pins=pins, buffers=buffers)
+
+
+def _check_written_inputs(
+    tracer: _CaptureTracer,
+    slots: Sequence[InputSlot],
+    leaves: Sequence[Any],
+    converted: Sequence[tuple[np.ndarray, np.ndarray]] | None,
+) -> None:
+    """Inputs the call wrote into: the caller's arrays hold NumPy's final contents (a
+    big-endian input, computed on a native copy, gets the copy's), and the replay can write
+    them back. Abandon the capture (serve the structure eagerly) when it cannot: an input that
+    shares memory with another input (the graph would read the other as it was)."""
+    written = tracer.written_inputs()
+    if not written:
+        return
+    arrays = [_array_of(leaves[s.index]) for s in slots]
+    for position, t in written:
+        target = arrays[position]
+        if isinstance(target, np.ndarray) and t._data is not None and t._data is not target:
+            np.copyto(target, t._data)
+    for original, copy in converted or ():
+        np.copyto(original, copy)
+    for position, _ in written:
+        name = slots[position].name
+        target = arrays[position]
+        for other, array in enumerate(arrays):
+            if other != position and np.may_share_memory(target, array):
+                tracer.abandon(
+                    f"a write into input {name!r}, which shares memory with input "
+                    f"{slots[other].name!r}"
+                )
+                return
 
 
 def _add_draw(tracer: Tracer, t: Tensor, read: Callable[[], Any], name: str) -> None:
@@ -316,6 +354,7 @@ def _finalize(
     guards: tuple[ValueGuard, ...],
     reference: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     reads: ImplicitReads | None = None,
+    write_backs: Sequence[tuple[int, int]] = (),
 ) -> Replay:
     """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
     is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
@@ -333,7 +372,7 @@ def _finalize(
             with selection_reference(*reference):
                 graph.finalize()
     with _stage("preparing the replay"):
-        return _replay(graph, options, outputs, n_outputs, guards, dynamic, reads)
+        return _replay(graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs)
 
 
 def _replay(
@@ -344,6 +383,7 @@ def _replay(
     guards: tuple[ValueGuard, ...],
     dynamic: bool,
     reads: ImplicitReads | None = None,
+    write_backs: Sequence[tuple[int, int]] = (),
 ) -> Replay:
     """The replay of the finalized ``graph``: everything decided ahead of the calls. With
     implicit ``reads``, each run appends the implicit inputs, read at the call, to the call's
@@ -372,8 +412,9 @@ def _replay(
         guards=guards,
         static_shapes=static_shapes,
         run_unchecked=run_unchecked,
-        one_tensor=single and not guards,
+        one_tensor=single and not guards and not write_backs,
         container=_flat_container(outputs, n_outputs),
+        write_backs=tuple(write_backs),
     )
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "Replay",
     "ValueGuard",
     "ReplayMiss",
+    "AliasedWrite",
     "ShapeDrift",
     "GuardMiss",
     "Runner",
@@ -89,6 +90,9 @@ class Replay:
         run_unchecked: The plan's run without its input check (static graphs only).
         one_tensor: The result is exactly one tensor and there are no value guards.
         container: ``list`` or ``tuple`` when the result is a flat one of tensors.
+        write_backs: (input position, graph output) for each input the function writes
+            into: after the guards pass, the output's contents are copied into the caller's
+            array, which leaves it as eager NumPy would.
     """
 
     run: Runner
@@ -99,6 +103,7 @@ class Replay:
     run_unchecked: Runner | None = None
     one_tensor: bool = False
     container: type | None = None
+    write_backs: tuple[tuple[int, int], ...] = ()
 
     def serve(self, arrays: list[np.ndarray], tensors_out: bool) -> Any:
         """The result of the capture's graph on the call's input ``arrays``: fresh, writable
@@ -109,6 +114,8 @@ class Replay:
             ShapeDrift: The arrays do not fit the graph's input shapes.
             GuardMiss: A value guard failed.
         """
+        if self.write_backs:
+            _check_unaliased(arrays, self.write_backs)
         static_shapes = self.static_shapes
         if static_shapes is not None:
             # A static graph: the full input check runs only to explain a miss.
@@ -119,17 +126,19 @@ class Replay:
                 outs = self.run_unchecked(arrays)  # type: ignore[misc]
                 if self.one_tensor:
                     return Tensor._wrap(outs[0]) if tensors_out else outs[0]
-                return self._result(outs, tensors_out)
+                return self._result(outs, tensors_out, arrays)
         try:
             outs = self.run(arrays)
         except InputMismatchError as mismatch:
             raise ShapeDrift(mismatch) from None
-        return self._result(outs, tensors_out)
+        return self._result(outs, tensors_out, arrays)
 
-    def _result(self, outs: list[np.ndarray], tensors_out: bool) -> Any:
+    def _result(self, outs: list[np.ndarray], tensors_out: bool, arrays: list[np.ndarray]) -> Any:
         for guard in self.guards:
             if not np.array_equal(outs[guard.output], guard.expected):
                 raise GuardMiss(guard, outs[guard.output])
+        for position, output in self.write_backs:
+            np.copyto(arrays[position], outs[output])
         results: list[Any] = outs[: self.n_outputs]
         if tensors_out:
             results = [Tensor._wrap(a) for a in results]
@@ -137,6 +146,19 @@ class Replay:
         if container is not None:  # a flat list or tuple of results: no unflattening
             return results if container is list else tuple(results)
         return self.outputs.rebuild(results)
+
+
+class AliasedWrite(ReplayMiss):
+    """The call passes arrays that share memory where the graph writes one of them: the
+    graph would read the other as it was, so the call is served eagerly."""
+
+
+def _check_unaliased(arrays: list[np.ndarray], write_backs: tuple[tuple[int, int], ...]) -> None:
+    for position, _ in write_backs:
+        target = arrays[position]
+        for other, array in enumerate(arrays):
+            if other != position and np.may_share_memory(target, array):
+                raise AliasedWrite()
 
 
 @dataclass(slots=True, eq=False)

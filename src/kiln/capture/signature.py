@@ -66,7 +66,17 @@ class CallSignature:
         arrays: The array of each tensor leaf (kiln tensor or NumPy array), in order.
     """
 
-    __slots__ = ("args", "kwargs", "leaves", "treespec", "key", "arrays", "_native", "scalars")
+    __slots__ = (
+        "args",
+        "kwargs",
+        "leaves",
+        "treespec",
+        "key",
+        "arrays",
+        "_native",
+        "scalars",
+        "converted",
+    )
 
     def __init__(
         self,
@@ -107,7 +117,10 @@ class CallSignature:
                 continue
             arrays.append(data)
             parts.append((data.dtype, data.shape if with_shapes else data.ndim))
+        self.converted: list[tuple[np.ndarray, np.ndarray]] | None = None
         if native is not None:
+            # (the caller's big-endian array, its native copy): written inputs go back to it
+            self.converted = [(leaf, native[id(leaf)]) for leaf in leaves if id(leaf) in native]
             leaves = [native.get(id(leaf), leaf) for leaf in leaves]
         if promoted is not None:
             leaves = list(leaves)

@@ -16,6 +16,7 @@ input the first time an operator uses it.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,22 +27,26 @@ from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOpe
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, NameScope, Node, Value
 from ..ops.dispatch import handler_scope, run_kernel
-from ..ops.registry import ELEMENTWISE, OpDef, TensorType
+from ..ops.registry import ELEMENTWISE, VIEW, OpDef, TensorType
 from ..source import user_source
 from ..spec import TensorSpec, check_dynamic_axes_refer
 from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
-from ..tensor import Tensor, call
+from ..tensor import Tensor, call, fresh_outputs, memory_root, rebind
+from .numpy_creation import numpy_creation
 from .scalars import TracedFloat
+from .views import Storage, View, reread, stale_views, written
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
 
 
 @dataclass(frozen=True, slots=True)
 class TraceRef:
-    """What a recording tensor carries: its tracer and its graph value."""
+    """What a recording tensor carries: its tracer, its graph value, and, for a view of
+    another recorded array, how it was made (:mod:`kiln.capture.views`)."""
 
     tracer: Tracer
     value: Value
+    view: View | None = None
 
 
 def _pinned(guards: Sequence[ShapeGuard]) -> set[str]:
@@ -75,6 +80,12 @@ class Tracer:
         # Implicit inputs: id(tensor) -> (tensor, key, name) until first used; then in order.
         self._implicit: dict[int, tuple[Tensor, Any, str]] = {}
         self.implicit_inputs: list[tuple[Any, Value]] = []  # (key, graph input), in input order
+        # Functionalized writes (kiln.capture.views): the storage of each root that has views
+        # or was written, by id (the storage holds the root, so the id stays its own).
+        self._storage: dict[int, Storage] = {}
+        self.input_tensors: list[tuple[Tensor, Value]] = []  # each input and its first value
+        self.write_backs: list[tuple[int, int]] = []  # (input position, graph output index)
+        self.input_snapshots: dict[int, np.ndarray] = {}  # an input's contents before a write
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -82,6 +93,7 @@ class Tracer:
         """A graph input and the recording tensor that stands for it."""
         value = self.builder.add_input(name, ttype)
         t = Tensor._abstract(ttype, TraceRef(self, value), data)
+        self.input_tensors.append((t, value))
         self._input_symbols.update(
             d.name for d in ttype.shape if isinstance(d, SymDim) and d.is_symbol()
         )
@@ -117,6 +129,14 @@ class Tracer:
         ref = t._trace
         if isinstance(ref, TraceRef):
             if ref.tracer is self:
+                view = ref.view
+                if view is not None and view.seen != view.storage.version:
+                    # Its root was written since: read it anew from the newest root (also
+                    # when finishing, after the function returned: record with this tracer).
+                    with handler_scope(self):
+                        value = self.value_of(reread(t, view))
+                    rebind(t, TraceRef(self, value, view), value.type)
+                    return value
                 return ref.value
             raise CaptureError(
                 "a tensor recorded by another trace is used here; a traced function must not "
@@ -134,9 +154,89 @@ class Tracer:
             self._constant_of[id(t)] = (t, value)
             self.implicit_inputs.append((key, value))
             return value
-        value = self.builder.add_constant(t._data)  # read-only: shares the tensor's memory
+        data = t._data
+        if data.flags.writeable:  # a write after this must not change the graph's constant
+            data = np.array(data)
+            data.flags.writeable = False
+        value = self.builder.add_constant(data)
         self._constant_of[id(t)] = (t, value)  # holding t keeps id(t) from being reused
         return value
+
+    # -- writes (kiln.capture.views) -------------------------------------------------------
+
+    def storage_of(self, root: Tensor, create: bool = True) -> Storage | None:
+        """The storage record of the recorded array ``root`` (made when ``create``)."""
+        storage = self._storage.get(id(root))
+        if storage is None and create:
+            storage = self._storage[id(root)] = Storage(root)
+        return storage
+
+    def write(
+        self,
+        t: Tensor,
+        index: Any,
+        value: Tensor,
+        perform: Callable[[], Any],
+        reduction: str = "none",
+    ) -> None:
+        """Record ``t[index] = value`` (``index`` ``None``: all of ``t``; ``value`` already
+        cast to ``t``'s dtype) around ``perform``, NumPy's write on the values the function
+        sees, which runs first (its errors are NumPy's, and nothing is recorded then). With a
+        ``reduction`` (``"add"``, ``"mul"``, ``"max"``, ``"min"``) the value is combined with
+        the contents, repeated positions accumulating (``ufunc.at``).
+
+        Only arrays this trace owns are recorded: an input, an operator's result, or a view
+        of one. A write into anything else (a closure or global array, a constant) cannot be
+        replayed: :meth:`unsupported` decides (a compile capture serves the call eagerly)."""
+        from ..functions.inplace import NoValues
+
+        view = getattr(t._trace, "view", None)
+        root = t if view is None else view.storage.root
+        owner = root._trace
+        if not (isinstance(owner, TraceRef) and owner.tracer is self):
+            self.unsupported(
+                "a write into an array the function did not receive or create (a closure or "
+                "global array, or a constant)"
+            )
+        elif self._uncertain_view(t):
+            raise CaptureError(
+                f"a write through the result of a reshape at {user_source()}: without the "
+                "values kiln cannot tell whether NumPy would give a view or a copy there; trace "
+                "with example inputs, or write into a .copy() or into the original array"
+            )
+        else:
+            for position, (tensor, first) in enumerate(self.input_tensors):
+                if tensor is root and position not in self.input_snapshots:
+                    data = root._data  # the caller's array as it was, for engine selection
+                    if data is not None and owner.value is first:
+                        self.input_snapshots[position] = np.array(data)
+        try:
+            perform()
+        except NoValues:
+            pass  # a trace from a signature: there are no values to write
+        if isinstance(owner, TraceRef) and owner.tracer is self:
+            new = self.value_of(written(t, index, value, reduction))
+            rebind(root, TraceRef(self, new), TensorType(new.type.dtype, tuple(root.shape)))
+            storage = self._storage.get(id(root))
+            if storage is not None:
+                stale_views(storage)
+
+    def _uncertain_view(self, t: Tensor) -> bool:
+        view = getattr(t._trace, "view", None)
+        while view is not None:
+            if view.op.name == "Reshape" and t._data is None:
+                return True
+            t = view.parent
+            view = getattr(t._trace, "view", None)
+        return False
+
+    def written_inputs(self) -> list[tuple[int, Tensor]]:
+        """The inputs a write changed: (input position, the input's recording tensor)."""
+        return [
+            (i, t)
+            for i, (t, first) in enumerate(self.input_tensors)
+            if isinstance(t._trace, TraceRef) and self.value_of(t) is not first
+        ]
 
     def apply(
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
@@ -150,7 +250,7 @@ class Tracer:
         results: tuple[np.ndarray, ...] | None = None
         if self.compute and all(t is None or t._data is not None for t in inputs):
             arrays = [None if t is None else t._data for t in inputs]
-            results = run_kernel(op, arrays, attrs)
+            results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
             _check_kernel(op, out_types, results)
         self._note_pins(op, attrs, in_values, out_types)
         tensors = []
@@ -159,7 +259,29 @@ class Tracer:
             t = Tensor._abstract(value.type, TraceRef(self, value), data)
             self._note_symbols(t)
             tensors.append(t)
+        if VIEW in op.traits and inputs and inputs[0] is not None:
+            self._note_view(op, inputs, attrs, tensors[0])
         return tuple(tensors)
+
+    def _note_view(
+        self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any], out: Tensor
+    ) -> None:
+        """Remember that ``out`` views ``inputs[0]``'s memory when it does (a write through
+        either then reaches the other: kiln.capture.views)."""
+        parent = inputs[0]
+        assert parent is not None
+        if out._data is not None and parent._data is not None:
+            if memory_root(out._data) is not memory_root(parent._data):
+                return  # NumPy made a copy here (a reshape of a non-contiguous array)
+        view = getattr(parent._trace, "view", None)
+        storage = self.storage_of(parent) if view is None else view.storage
+        assert storage is not None
+        record = View(storage, parent, op, tuple(inputs[1:]), attrs)
+        rebind(out, TraceRef(self, out._trace.value, record), out.type)
+        views = storage.views
+        views.append(weakref.ref(out))
+        if len(views) % 256 == 0:  # a loop over x[i]: forget the views that are gone
+            storage.views = [ref for ref in views if ref() is not None]
 
     def _note_pins(
         self,
@@ -364,13 +486,22 @@ class Tracer:
     def finish(
         self, name: str, outputs: Sequence[Tensor], output_names: Sequence[str]
     ) -> ModelGraph:
-        """The graph whose outputs are ``outputs`` under ``output_names``.
+        """The graph whose outputs are ``outputs`` under ``output_names``, then one output
+        ``mutated.<input>`` per input the function wrote into, holding its final contents
+        (:attr:`write_backs` lists them: the replay copies them back into the caller's arrays).
 
         An output that is an input, a constant, or already another output is copied through an
         ``Identity`` node, so every graph output is a distinct node output with its own name.
         """
         from ..ops.registry import get_op
 
+        written = self.written_inputs()
+        self.write_backs = [(i, len(outputs) + k) for k, (i, _) in enumerate(written)]
+        outputs = [*outputs, *(t for _, t in written)]
+        output_names = [
+            *output_names,
+            *(f"mutated.{self.input_tensors[i][1].name}" for i, _ in written),
+        ]
         inputs, constants = self.builder.inputs, self.builder.constants
         passthrough = {id(v) for v in inputs} | {id(c.value) for c in constants}
         scope = NameScope([v.name for v in inputs] + [c.value.name for c in constants])
@@ -680,5 +811,6 @@ def record(
         make = None if standins is None else standins.get(slot.index)
         new_leaves[slot.index] = t if make is None else make(t)
     call_args, call_kwargs = rebuild(new_leaves)
-    with handler_scope(tracer), guard_scope(tracer):
+    # np.zeros, np.arange, np.array, ... called by the function create recording tensors
+    with handler_scope(tracer), guard_scope(tracer), numpy_creation():
         return fn(*call_args, **call_kwargs)

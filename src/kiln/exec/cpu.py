@@ -44,6 +44,8 @@ import numpy as np
 from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
 from ..ops.registry import ELEMENTWISE, PURE, SHAPE_ONLY, KernelCall, get_op, same_dtype
+from ..ops.shape import known_box
+from ..ops.writes import slice_update_into
 from .inputs import InputChecker
 from .plan import Plan, output_copies
 
@@ -232,6 +234,7 @@ class _PlanWriter:
             self.names[id(v)] = name
         self.last_use, self.readers = _readers(graph)
         self.outputs = {id(v) for v in graph.output_values}
+        self.producer = {id(v): node for node in graph.nodes for v in node.outputs}
 
     def bind(self, obj: Any, prefix: str) -> str:
         """A new name for ``obj`` in the generated code."""
@@ -246,6 +249,9 @@ class _PlanWriter:
             for v, data in zip(node.outputs, folded):
                 self.known[id(v)] = data
                 self.names[id(v)] = self.bind(data, "c")
+            return
+        if node.op in _WRITES and self._overwritable(node, index):
+            self._scatter_in_place(index, node)
             return
         call = _choose(node)
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
@@ -293,6 +299,46 @@ class _PlanWriter:
                 dead.append(self.names[id(v)])
         if dead:
             self.lines.append("del " + ", ".join(dead))
+
+    def _overwritable(self, node: Node, index: int) -> bool:
+        """Whether ``node`` may write into its first input's buffer: a buffer this run
+        allocated (``fresh``), read last by ``node`` and by no step that returns a view, and no
+        graph output; or a reshape of such a buffer that only that reshape reads. (A chain of
+        functionalized writes then updates one buffer, as the NumPy code it came from does.)"""
+        data = node.inputs[0]
+        if data is None or id(data) in self.outputs or self.readers.get(id(data)) != [index]:
+            return False
+        if id(data) in self.fresh:
+            return True
+        maker = self.producer.get(id(data))
+        if maker is None or maker.op != "Reshape":
+            return False
+        base = maker.inputs[0]
+        return (
+            base is not None
+            and id(base) in self.fresh
+            and id(base) not in self.outputs
+            and len(self.readers.get(id(base), ())) == 1
+        )
+
+    def _scatter_in_place(self, index: int, node: Node) -> None:
+        args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
+        if node.op == "ScatterND":
+            args.append(repr(node.attrs.get("reduction", "none")))
+        name = f"v{self.locals}"
+        self.locals += 1
+        self.names[id(node.outputs[0])] = name
+        box = known_box(node.inputs[0], node.inputs[2:]) if node.op == "kiln.SliceUpdate" else None
+        if box is not None:  # a box known at plan time: NumPy's slice assignment, in place
+            self.lines.append(f"if not {args[0]}.flags.writeable: {args[0]} = {args[0]}.copy()")
+            self.lines.append(f"{args[0]}[{self.bind(box, 'k')}] = {args[1]}")
+            self.lines.append(f"{name} = {args[0]}")
+        else:
+            fn = self.bind(_WRITES[node.op], "k")
+            self.lines.append(f"{name} = {fn}({', '.join(args)})")
+        self.fresh.add(id(node.outputs[0]))
+        self.allocated.add(id(node.outputs[0]))
+        self._release(index, node)
 
     def _reuse_target(self, node: Node, index: int, call: KernelCall) -> str | None:
         """The name of an input buffer ``node`` may overwrite with its result, or None.
@@ -349,6 +395,30 @@ class _PlanWriter:
         binds["_errvar"] = _errvar
         binds["_errstate"] = np.errstate
         return _run_source(self.input_names, self.lines, result, list(binds)), binds
+
+
+def _scatter_nd_into(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str
+) -> np.ndarray:
+    """ScatterND writing into ``data`` itself (a buffer nothing else reads: see
+    ``_PlanWriter._overwritable``); the registry kernel's semantics otherwise."""
+    if not data.flags.writeable:
+        data = data.copy()
+    where = tuple([indices[..., k] for k in range(indices.shape[-1])])  # (np.moveaxis: slow)
+    if reduction == "none":
+        data[where] = updates
+    else:
+        getattr(
+            np, {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}[reduction]
+        ).at(data, where, updates)
+    return data
+
+
+# Writes a plan may run in their data's own buffer (see _PlanWriter._overwritable).
+_WRITES: dict[str, Callable[..., np.ndarray]] = {
+    "ScatterND": _scatter_nd_into,
+    "kiln.SliceUpdate": slice_update_into,
+}
 
 
 def _readers(graph: ModelGraph) -> tuple[dict[int, int], dict[int, list[int]]]:

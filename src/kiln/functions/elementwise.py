@@ -351,7 +351,7 @@ def negative(x: Any) -> Tensor:
 
 @implements(np.positive)
 def positive(x: Any) -> Tensor:
-    """``+x``: the same values (tensors are immutable, so no copy is made).
+    """``+x``: a new tensor with the same values (as NumPy's, a copy).
 
     Example:
         >>> import kiln
@@ -359,7 +359,7 @@ def positive(x: Any) -> Tensor:
         [-1.0]
     """
     (a,), _ = _resolve(np.positive, x)
-    return a
+    return call("Identity", a)  # a new array: a write into it must not reach x
 
 
 @implements(np.absolute)
@@ -373,7 +373,7 @@ def absolute(x: Any) -> Tensor:
     """
     (a,), out = _resolve(np.absolute, x)
     if out == _BOOL or out in dtypes.UNSIGNED_DTYPES:
-        return a
+        return call("Identity", a)  # a new array, as NumPy's
     return call("Abs", a)
 
 
@@ -584,7 +584,7 @@ def log10(x: Any) -> Tensor:
 def _integral(name: str, ufunc: np.ufunc, op: str, x: Any) -> Tensor:
     (a,), out = _resolve(ufunc, x, name=name)
     if not dtypes.is_floating(out):
-        return a  # integers and bools are already integral (NumPy 2 keeps their dtype)
+        return call("Identity", a)  # already integral (NumPy 2 keeps the dtype; a new array)
     return call(op, a)
 
 
@@ -643,7 +643,7 @@ def rint(x: Any) -> Tensor:
 
 def _round_impl(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
     if out is not None:
-        raise TypeError("round(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError("round(..., out=...): recorded on ufuncs only")
     decimals = int(decimals)
     t = as_tensor(a)
     if t.dtype == _BOOL:
@@ -1051,7 +1051,7 @@ def clip(
         [0.0, 0.5, 1.0]
     """
     if out is not None:
-        raise TypeError("clip(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError("clip(..., out=...): recorded on ufuncs only")
     if min is not None:
         if a_min is not None:
             raise TypeError("clip: pass the lower bound as a_min or min, not both")
@@ -1076,14 +1076,19 @@ def clip(
 
 
 def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
-    """``x`` converted to ``dtype`` (``x`` itself when it already has it).
+    """``x`` converted to ``dtype``: a new array, or, with ``copy=False``, ``x`` itself when it
+    already has ``dtype`` (NumPy's ``astype``).
 
     Example:
         >>> import kiln
         >>> kiln.astype(kiln.tensor([1.7, -1.7]), "int32").tolist()
         [1, -1]
     """
-    return cast(as_tensor(x), dtypes.as_dtype(dtype))
+    t = as_tensor(x)
+    want = dtypes.as_dtype(dtype)
+    if t.dtype == want:
+        return t if copy is False else call("Identity", t)
+    return cast(t, want)
 
 
 if hasattr(np, "astype"):  # NumPy >= 2.1

@@ -128,7 +128,7 @@ def matmul(x1: Any, x2: Any, /, out: Any = None, *, dtype: Any = None) -> Tensor
         [3.0, 7.0]
     """
     if out is not None:
-        raise TypeError("matmul(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError("matmul(..., out=...): recorded on ufuncs only")
     (a, b), result = ufunc_operands(np.matmul, x1, x2)
     if dtype is not None:
         result = dtypes.as_dtype(dtype)
@@ -148,7 +148,7 @@ def dot(a: Any, b: Any, out: Any = None) -> Tensor:
         32
     """
     if out is not None:
-        raise TypeError("dot(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError("dot(..., out=...): recorded on ufuncs only")
     x, y = _promote("dot", a, b)
     if x.ndim == 0 or y.ndim == 0:
         return _multiply(x, y)
@@ -200,7 +200,7 @@ def outer(a: Any, b: Any, out: Any = None) -> Tensor:
         [[1, 10], [2, 20]]
     """
     if out is not None:
-        raise TypeError("outer(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError("outer(..., out=...): recorded on ufuncs only")
     x, y = _promote("outer", a, b)
     return _einsum("i,j->ij", [_flatten(x), _flatten(y)])
 
@@ -269,7 +269,7 @@ def einsum(
         (5, [4, 6])
     """
     if out is not None:
-        raise TypeError("einsum(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError("einsum(..., out=...): recorded on ufuncs only")
     if not isinstance(subscripts, str):
         raise UnsupportedOperationError(
             "einsum: only the string form einsum('ij,jk->ik', a, b) is supported by kiln, not "

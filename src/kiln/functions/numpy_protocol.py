@@ -25,6 +25,7 @@ from .. import dtypes
 from ..errors import CaptureError, KilnError, UnsupportedOperationError
 from ..ops.dispatch import current_handler
 from ..tensor import Tensor
+from .inplace import host, ufunc_at, write_out
 from .operands import as_tensor, cast
 
 __all__ = [
@@ -78,19 +79,18 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
     """``Tensor.__array_ufunc__``."""
     name = _describe_ufunc(ufunc, method)
     func = getattr(ufunc, method)
+    if method == "at" and isinstance(inputs[0], Tensor) and not kwargs:
+        # Into a kiln tensor: NumPy's write, recorded where exact (kiln.functions.inplace).
+        why = ufunc_at(ufunc, *inputs)
+        if why is None:
+            return None
+        return _fallback(name, func, inputs, kwargs, cause=UnsupportedOperationError(why))
     out = kwargs.get("out")
     if out is not None:
-        if _holds_tensor(out):
-            # A write into a kiln tensor (an array the function made from its inputs, or an
-            # input): not recorded yet (in-place writes), and immutable when eager.
-            handler = current_handler()
-            if handler is not None:
-                handler.unsupported(f"{name}(..., out=<an array computed from the inputs>)")
-            raise TypeError(
-                f"{name}(..., out=...): kiln tensors are immutable and kiln does not record "
-                "writes into them yet; use the returned value instead of out="
-            )
-        # out= a NumPy array: an in-place write kiln does not record (yet).
+        outs = out if isinstance(out, tuple) else (out,)
+        if all(isinstance(o, Tensor) for o in outs):
+            return _into_tensors(name, ufunc, method, inputs, kwargs, outs)
+        # out= a NumPy array: a write kiln records only into its own tensors.
         return _fallback(name, func, inputs, kwargs, "out=")
     kwargs.pop("out", None)
     impl = HANDLED_UFUNCS.get((ufunc, method))
@@ -109,6 +109,29 @@ def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
         raise
     except _KILN_FAILURES as exc:
         return _fallback(name, func, inputs, kwargs, cause=exc)
+
+
+def _into_tensors(
+    name: str, ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict, outs: tuple
+) -> Any:
+    """A ufunc call with ``out=`` kiln tensors: NumPy's call on the tensors' arrays, and,
+    while a tracer records, kiln's result of the call recorded as a write into each out
+    tensor (kiln.functions.inplace)."""
+    func = getattr(ufunc, method)
+    rest = {k: v for k, v in kwargs.items() if k != "out"}
+
+    def numpy_call() -> Any:
+        return func(*host(inputs), out=tuple(host(o) for o in outs), **rest)
+
+    handler = current_handler()
+    if handler is None:
+        numpy_call()
+        return outs[0] if len(outs) == 1 else outs
+    impl = HANDLED_UFUNCS.get((ufunc, method))
+    if impl is None or set(rest) - {"casting"}:
+        handler.unsupported(f"{name}(..., out=...)")
+        return write_out(outs, None, numpy_call)
+    return write_out(outs, impl(*inputs), numpy_call)
 
 
 class _UnsetType:
@@ -154,6 +177,11 @@ def _with_dtype(
 def array_function(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
     """``Tensor.__array_function__``."""
     impl = HANDLED_FUNCTIONS.get(func)
+    out = kwargs.get("out")
+    if impl is not None and out is not None and current_handler() is not None:
+        outs = out if isinstance(out, tuple) else (out,)
+        if all(isinstance(o, Tensor) for o in outs):
+            return _function_into_tensors(func, impl, args, kwargs, outs)
     if impl is not None:
         try:
             return impl(*args, **kwargs)
@@ -162,6 +190,26 @@ def array_function(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         except _KILN_FAILURES as exc:
             return _fallback(_describe_function(func), func, args, kwargs, cause=exc)
     return _fallback(_describe_function(func), func, args, kwargs)
+
+
+def _function_into_tensors(
+    func: Any, impl: Callable[..., Any], args: tuple, kwargs: dict, outs: tuple
+) -> Any:
+    """A NumPy function with ``out=`` kiln tensors while a tracer records: kiln's result
+    without ``out=`` (recorded), written into the out tensors after NumPy's own call on the
+    values (its casting rules and errors)."""
+    rest = {k: v for k, v in kwargs.items() if k != "out"}
+    try:
+        result = impl(*args, **rest)
+    except CaptureError:
+        raise
+    except _KILN_FAILURES as exc:
+        return _fallback(_describe_function(func), func, args, kwargs, cause=exc)
+
+    def numpy_call() -> Any:
+        return func(*host(args), **host(kwargs))
+
+    return write_out(outs, result, numpy_call)
 
 
 def _describe_function(func: Any) -> str:
@@ -199,6 +247,15 @@ def _fallback(
         raise
     if handler is not None:
         handler.unsupported(what)
+    out = kwargs.get("out")
+    if out is not None:  # NumPy returns its out= arrays: give back the caller's objects
+        given = out if isinstance(out, tuple) else (out,)
+        written = np_kwargs["out"] if isinstance(np_kwargs["out"], tuple) else (np_kwargs["out"],)
+        for obj, array in zip(given, written):
+            if result is array:
+                return obj
+        if isinstance(result, tuple) and len(result) == len(given):
+            return tuple(g if r is a else _to_kiln(r) for g, r, a in zip(given, result, written))
     return _to_kiln(result)
 
 

@@ -75,9 +75,7 @@ def _reject(name: str, **options: Any) -> None:
     """Raise for NumPy options kiln does not implement (given and not at their default); a
     NumPy call on kiln tensors then falls back (see :mod:`kiln.functions.numpy_protocol`)."""
     if options.get("out") is not None:
-        raise TypeError(
-            f"{name}(..., out=...): kiln tensors are immutable; use the returned value instead"
-        )
+        raise TypeError(f"{name}(..., out=...): recorded on ufuncs only (NumPy runs it)")
     for option in ("initial", "where", "mean"):
         value = options.get(option, _UNSET)
         if value is _UNSET or (option == "where" and value is True):

@@ -103,7 +103,7 @@ def _dims(shape: Any) -> tuple[Any, ...]:
 
 def _no_out(name: str, out: Any) -> None:
     if out is not None:
-        raise TypeError(f"{name}(..., out=...): kiln tensors are immutable; use the returned value")
+        raise TypeError(f"{name}(..., out=...): recorded on ufuncs only")
 
 
 def _static(d: Dim) -> bool:
@@ -354,7 +354,7 @@ def concatenate(
             )
     a = _axis(axis, ndim)
     if len(tensors) == 1:
-        return tensors[0]
+        return call("Identity", tensors[0])  # a new array, as NumPy's
     return call("Concat", *tensors, axis=a)
 
 
@@ -386,7 +386,9 @@ def stack(
             raise ValueError("all input arrays must have the same shape")
     a = _axis(axis, len(shape) + 1)
     expanded = [call("Unsqueeze", t, _i64([a])) for t in tensors]
-    return expanded[0] if len(expanded) == 1 else call("Concat", *expanded, axis=a)
+    if len(expanded) == 1:
+        return call("Identity", expanded[0])  # a new array, as NumPy's
+    return call("Concat", *expanded, axis=a)
 
 
 def _at_least(t: Tensor, ndim: int) -> Tensor:
@@ -525,7 +527,7 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Te
     if (widths < 0).any():
         raise ValueError("index can't contain negative values")
     if x.ndim == 0:
-        return x
+        return call("Identity", x)
     before = [int(v) for v in widths[:, 0]]
     after = [int(v) for v in widths[:, 1]]
     if mode != "constant":
@@ -567,7 +569,7 @@ def tile(A: Any, reps: Any) -> Tensor:  # noqa: N803 - NumPy's name
         x = call("Unsqueeze", x, _i64(list(range(len(r) - x.ndim))))
     r = [1] * (x.ndim - len(r)) + r
     if x.ndim == 0 or all(v == 1 for v in r):
-        return x
+        return call("Identity", x)  # a new array, as NumPy's
     return call("Tile", x, _i64(r))
 
 
@@ -593,9 +595,7 @@ def broadcast_to(array: Any, shape: Any, subok: bool = False) -> Tensor:
             f"[original->remapped]: {format_shape(x.shape)} and requested shape "
             f"{format_shape(dims)}"
         )
-    if tuple(x.shape) == tuple(dims):
-        return x
-    return call("Expand", x, shape_tensor(list(dims)))
+    return call("Expand", x, shape_tensor(list(dims)))  # a read-only view, as NumPy's
 
 
 @implements(np.flip)
@@ -1179,6 +1179,22 @@ def index_update(t: Any, index: Any, value: Any) -> Tensor:
     count = call("Size", x)
     iota = call("Range", constant(np.int64(0)), count, constant(np.int64(1)))
     positions = getitem(call("Reshape", iota, call("Shape", x), allowzero=1), index)
+    return index_update_at(x, positions, value)
+
+
+def index_update_at(x: Tensor, positions: Tensor, value: Any, reduction: str = "none") -> Tensor:
+    """A new tensor equal to ``x`` with the flat positions ``positions`` (an int64 tensor of
+    the written shape) set to ``value``, broadcast to that shape and cast to ``x``'s dtype as
+    NumPy's assignment does; with repeated positions the last one wins. ``reduction``
+    (``ScatterND``'s ``"add"``, ``"mul"``, ``"max"``, ``"min"``) combines each value with the
+    contents instead, repeated positions accumulating in order (``ufunc.at``).
+
+    Example:
+        >>> import kiln
+        >>> x = kiln.tensor([[1, 2], [3, 4]])
+        >>> index_update_at(x, kiln.tensor([3, 0]), 9).tolist()
+        [[9, 2], [3, 9]]
+    """
     v = constant(value, x.dtype) if is_scalar(value) else cast(as_tensor(value), x.dtype)
     target = positions.shape
     extra = v.ndim - len(target)
@@ -1199,5 +1215,6 @@ def index_update(t: Any, index: Any, value: Any) -> Tensor:
         v = call("Expand", v, call("Shape", positions))
     flat = call("Reshape", x, _i64([-1]))
     where = call("Unsqueeze", positions, _i64([-1]))
-    updated = call("ScatterND", flat, where, v)
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    updated = call("ScatterND", flat, where, v, **attrs)
     return call("Reshape", updated, call("Shape", x), allowzero=1)

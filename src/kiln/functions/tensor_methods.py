@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import dtypes
 from ..tensor import Tensor, call
-from . import elementwise, linalg, reduce, shape
+from . import elementwise, inplace, linalg, reduce, shape
 from .numpy_protocol import array_function, array_ufunc, implements
 from .operands import as_tensor
 
@@ -62,6 +63,7 @@ _OPERATORS: dict[str, Callable[..., Tensor]] = {
     "__ge__": elementwise.greater_equal,
     "__invert__": elementwise.invert,
     "__neg__": elementwise.negative,
+    "__pos__": elementwise.positive,
     "__abs__": elementwise.abs,
     "__getitem__": shape.getitem,
 }
@@ -105,9 +107,22 @@ def _matrix_transpose_property(self: Tensor) -> Tensor:
     return shape.matrix_transpose(self)
 
 
-def _astype(self: Tensor, dtype: DTypeLike) -> Tensor:
-    """This tensor converted to ``dtype`` (the same tensor when it already has it)."""
-    return elementwise.astype(self, dtype)
+def _astype(
+    self: Tensor,
+    dtype: DTypeLike,
+    order: str = "K",
+    casting: str = "unsafe",
+    subok: bool = True,
+    copy: bool = True,
+) -> Tensor:
+    """This tensor converted to ``dtype`` (``ndarray.astype``: a new array unless
+    ``copy=False`` and it already has ``dtype``; ``casting`` is checked as NumPy does)."""
+    if casting != "unsafe" and not np.can_cast(self.dtype, dtypes.as_dtype(dtype), casting):
+        raise TypeError(
+            f"Cannot cast array data from {self.dtype!r} to {dtypes.as_dtype(dtype)!r} "
+            f"according to the rule {casting!r}"
+        )
+    return elementwise.astype(self, dtype, copy=copy)
 
 
 _ORDERS = frozenset({"C", "F", "A", "K"})
@@ -117,9 +132,8 @@ _ORDERS = frozenset({"C", "F", "A", "K"})
 def copy(a: Any, order: str = "K", subok: bool = False) -> Tensor:
     """A copy of ``a`` (``np.copy``, ``ndarray.copy``): a new tensor with the same values.
 
-    Kiln tensors are immutable and carry no memory layout, so ``order`` ('C', 'F', 'A', 'K')
-    only is checked; a compiled function records an ``Identity`` (its outputs never alias
-    their inputs anyway).
+    Kiln tensors carry no memory layout, so ``order`` ('C', 'F', 'A', 'K') only is checked;
+    the copy is an ``Identity``, whose result never shares memory with its input.
 
     Example:
         >>> import kiln
@@ -158,9 +172,24 @@ def _squeeze(self: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
     return shape.squeeze(self, axis)
 
 
-def _flatten(self: Tensor) -> Tensor:
-    """The values as a 1-D tensor (``flatten`` and ``ravel``)."""
-    return shape.reshape(self, (-1,))
+def _flatten(self: Tensor, order: str = "C") -> Tensor:
+    """A 1-D copy of the values (``ndarray.flatten``: always a new array)."""
+    return copy(shape.reshape(self, (-1,)), order)
+
+
+def _ravel(self: Tensor, order: str = "C") -> Tensor:
+    """The values as a 1-D tensor (``ndarray.ravel``: a view where NumPy gives one)."""
+    return shape.ravel(self, order)
+
+
+def _copy_protocol(self: Tensor) -> Tensor:
+    """``copy.copy(t)``: a new tensor with the same values (as ``ndarray.__copy__``)."""
+    return copy(self)
+
+
+def _deepcopy_protocol(self: Tensor, memo: dict) -> Tensor:
+    """``copy.deepcopy(t)``: a new tensor with the same values."""
+    return copy(self)
 
 
 def _sum(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
@@ -243,6 +272,26 @@ def _dot(self: Tensor, other: Any) -> Tensor:
     return linalg.dot(self, other)
 
 
+implements(np.copyto)(inplace.copyto)
+
+
+def _shift(ufunc: np.ufunc, reflected: bool) -> Callable[[Tensor, Any], Any]:
+    """``t << u`` and friends: NumPy's shift through the ufunc protocol (kiln has no shift
+    operator, so NumPy computes it and a capture serves the call eagerly)."""
+
+    def method(self: Tensor, other: Any) -> Any:
+        return ufunc(other, self) if reflected else ufunc(self, other)
+
+    return method
+
+
+_SHIFTS = {
+    "__lshift__": _shift(np.left_shift, False),
+    "__rlshift__": _shift(np.left_shift, True),
+    "__rshift__": _shift(np.right_shift, False),
+    "__rrshift__": _shift(np.right_shift, True),
+}
+
 _METHODS: dict[str, Callable[..., Any]] = {
     "__array_ufunc__": _array_ufunc,
     "__array_function__": _array_function,
@@ -252,7 +301,11 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "transpose": _transpose,
     "squeeze": _squeeze,
     "flatten": _flatten,
-    "ravel": _flatten,
+    "ravel": _ravel,
+    "fill": inplace.fill,
+    "__setitem__": inplace.setitem,
+    "__copy__": _copy_protocol,
+    "__deepcopy__": _deepcopy_protocol,
     "sum": _sum,
     "mean": _mean,
     "max": _max,
@@ -291,7 +344,7 @@ def set_tensor_methods() -> None:
     for name, (fn, symbol) in _BINARY_OPERATORS.items():
         setattr(Tensor, f"__{name}__", fn)
         setattr(Tensor, f"__r{name}__", _reflected(name, fn, symbol))
-    for name, method in {**_OPERATORS, **_METHODS}.items():
+    for name, method in {**_OPERATORS, **_METHODS, **_SHIFTS, **inplace.INPLACE_OPERATORS}.items():
         setattr(Tensor, name, method)
     for name, getter in _PROPERTIES.items():
         setattr(Tensor, name, property(getter))

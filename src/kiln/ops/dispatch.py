@@ -52,6 +52,19 @@ class Handler(Protocol):
         """A recorded int64 tensor of shape (1,) computing the symbolic ``size``."""
         ...
 
+    def write(
+        self,
+        t: Tensor,
+        index: Any,
+        value: Tensor,
+        perform: Callable[[], Any],
+        reduction: str = "none",
+    ) -> None:
+        """Record ``t[index] = value`` (``index`` ``None``: all of ``t``; ``value`` cast to
+        ``t``'s dtype) around ``perform``, NumPy's write on the values the function sees;
+        with a ``reduction`` (ScatterND's), combined with the contents (``ufunc.at``)."""
+        ...
+
 
 _handler: ContextVar[Handler | None] = ContextVar("kiln_dispatch_handler", default=None)
 

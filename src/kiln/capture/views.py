@@ -1,0 +1,243 @@
+"""Functionalization: how a tracer records writes into arrays (``t[i] = v``, ``t += u``,
+``out=``, ``np.copyto``, ``fill``) as pure operators.
+
+The values a traced function sees are real NumPy arrays, written in place exactly as NumPy
+writes them (views alias their base, overlapping operands are buffered, casts follow NumPy).
+The graph side is functional. Every array the trace owns (an input, or a result of an
+operator) is a *root*; a result of a view operator (``VIEW`` trait: slicing, transpose,
+reshape where NumPy gives a view) whose values share its input's memory is a *view* of that
+input's root, remembered with the operator that made it.
+
+A write into a tensor becomes a new version of its root: the flat positions the write covers
+(the view chain and the index applied to an iota of the root's shape) and a ``ScatterND`` of
+the cast, broadcast value into the flattened root (a write covering the whole root is just the
+cast value). The root's graph value moves to the new version; each view of it is *stale* and,
+the next time an operator reads it, re-reads its positions from the newest root (a ``Gather``).
+So a read after a write, through any view, sees the write, and the graph stays pure.
+
+Only arrays the trace owns can be written: a write into a constant (a closure or global array
+the function did not receive) cannot be replayed, so the tracer refuses it (a compile capture
+then serves the call eagerly).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..functions.operands import cast
+from ..functions.shape import getitem, index_update_at
+from ..ops.registry import OpDef, TensorType
+from ..tensor import Tensor, call, dispatch, rebind
+
+__all__ = ["Storage", "View", "positions_of", "reread", "written", "root_of", "stale_views"]
+
+
+class Storage:
+    """The versions of one root's contents during a trace.
+
+    Attributes:
+        root: The root tensor (its ``_trace`` holds the newest version's graph value).
+        version: Bumped by every write into the root or one of its views.
+        views: Weak references to the views made of it (their known contents are dropped on a
+            write, so no shape rule reads stale values).
+        iota: The root's flat positions, ``Range(0, size)`` in its shape, once needed.
+    """
+
+    __slots__ = ("root", "version", "views", "iota")
+
+    def __init__(self, root: Tensor) -> None:
+        self.root = root
+        self.version = 0
+        self.views: list[weakref.ref[Tensor]] = []
+        self.iota: Tensor | None = None
+
+
+class View:
+    """How a view was made: the operator ``op`` on ``parent`` (with ``extras``, its other
+    inputs, and ``attrs``), the root it shares memory with, the root version its graph value
+    reads, and its flat positions in the root once computed."""
+
+    __slots__ = ("storage", "parent", "op", "extras", "attrs", "seen", "positions")
+
+    def __init__(
+        self,
+        storage: Storage,
+        parent: Tensor,
+        op: OpDef,
+        extras: tuple[Tensor | None, ...],
+        attrs: dict[str, Any],
+    ) -> None:
+        self.storage = storage
+        self.parent = parent
+        self.op = op
+        self.extras = extras
+        self.attrs = attrs
+        self.seen = storage.version
+        self.positions: Tensor | None = None
+
+
+def _i64(values: list[int]) -> Tensor:
+    return Tensor._wrap(np.asarray(values, dtype=np.int64))
+
+
+def _view_of(t: Tensor) -> View | None:
+    ref = t._trace
+    return getattr(ref, "view", None)
+
+
+def root_of(t: Tensor) -> tuple[Tensor, View | None]:
+    """The root ``t`` writes into, and ``t``'s view record (``None``: ``t`` is the root)."""
+    view = _view_of(t)
+    return (t, None) if view is None else (view.storage.root, view)
+
+
+def positions_of(t: Tensor, view: View | None) -> Tensor:
+    """The flat positions of ``t``'s elements in its root: an int64 tensor of ``t``'s shape
+    (recorded: the view chain applied to an iota of the root)."""
+    if view is None:
+        return _iota(t)
+    if view.positions is None:
+        parent = view.parent
+        base = positions_of(parent, _view_of(parent))
+        (view.positions,) = dispatch(view.op, [base, *view.extras], view.attrs)
+    return view.positions
+
+
+def _iota(root: Tensor) -> Tensor:
+    size = call("Size", root)
+    iota = call("Range", Tensor._wrap(np.int64(0)), size, Tensor._wrap(np.int64(1)))
+    return call("Reshape", iota, call("Shape", root), allowzero=1)
+
+
+def reread(t: Tensor, view: View) -> Tensor:
+    """The stale view ``t`` read from the newest version of its root: its view chain applied
+    anew (a slice of the new root stays a slice), or, when the chain starts from a view the
+    root no longer has the same layout for, a ``Gather`` of its positions."""
+    parent = view.parent
+    (fresh,) = dispatch(view.op, [parent, *view.extras], view.attrs)
+    view.seen = view.storage.version
+    return fresh
+
+
+def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Tensor:
+    """The new contents of ``t``'s root after ``t[index] = value`` (``index`` ``None``: all
+    of ``t``; ``value`` already has ``t``'s dtype): recorded operators. A write into a strided
+    box of the root (basic indexing: ints and slices) is a ``SliceUpdate``; any other a
+    ``ScatterND`` over the flat positions written. A ``reduction`` (``"add"``, ``"mul"``,
+    ``"max"``, ``"min"``: ``ufunc.at``) is always that ``ScatterND``, combining each value with
+    the contents at its position, repeated positions accumulating in index order."""
+    root, view = root_of(t)
+    if reduction != "none":
+        positions = _index_positions(t, view, index)
+        if positions is None:
+            positions = positions_of(t, view)
+            if index is not None:
+                positions = getitem(positions, index)
+        return index_update_at(root, positions, value, reduction)
+    if view is None and index is None:
+        same = tuple(value.shape) == tuple(root.shape)
+        return value if same else call("Expand", value, call("Shape", root))
+    box = _box_write(t, index, value)
+    if box is not None:
+        return box
+    masked = _mask_write(t, index, value)
+    if masked is not None:
+        return written(t, None, masked)
+    positions = positions_of(t, view)
+    if index is not None:
+        positions = getitem(positions, index)
+    return index_update_at(root, positions, value)
+
+
+def _index_positions(t: Tensor, view: View | None, index: Any) -> Tensor | None:
+    """``index`` itself as the flat positions it selects, when ``t`` is a 1-D root and
+    ``index`` one integer array: no ``Gather`` of the iota (``ScatterND`` takes negative
+    positions, and raises on ones out of range, as NumPy's indexing does)."""
+    if view is not None or t.ndim != 1:
+        return None
+    if isinstance(index, tuple) and len(index) == 1:
+        index = index[0]
+    if isinstance(index, list) and any(isinstance(e, Tensor) for e in index):
+        return None
+    if isinstance(index, (list, np.ndarray)):
+        index = np.asarray(index)
+        if index.dtype.kind not in "iu":
+            return None
+        return Tensor._wrap(index.astype(np.int64))
+    if isinstance(index, Tensor) and index.dtype.kind in "iu":
+        return cast(index, np.dtype(np.int64))
+    return None
+
+
+def stale_views(storage: Storage) -> None:
+    """A write moved ``storage``'s root on: its views are stale, and the contents their types
+    may carry are dropped (so no shape rule reads old values)."""
+    storage.version += 1
+    alive = []
+    for ref in storage.views:
+        v = ref()
+        if v is not None:
+            meta = v._meta
+            if meta is not None and meta.value is not None:
+                rebind(v, v._trace, TensorType(meta.dtype, meta.shape))
+            alive.append(ref)
+    storage.views = alive
+
+
+def _basic(index: Any) -> bool:
+    entries = index if isinstance(index, tuple) else (index,)
+    for e in entries:
+        if e is Ellipsis or (isinstance(e, (int, np.integer)) and not isinstance(e, bool)):
+            continue
+        if isinstance(e, slice) and all(
+            p is None or (isinstance(p, (int, np.integer)) and not isinstance(p, bool))
+            for p in (e.start, e.stop, e.step)
+        ):
+            continue
+        return False
+    return True
+
+
+def _box_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
+    """``t[index] = value`` as one ``SliceUpdate`` of the root, when the written elements are
+    a strided box of it (a ``Slice`` of the root, maybe squeezed) of static shape."""
+    if index is not None and not _basic(index):
+        return None
+    target = t if index is None else getitem(t, index)
+    view = _view_of(target)
+    if view is None:
+        return None
+    box = target
+    if view.op.name == "Squeeze":
+        box = view.parent
+        view = _view_of(box)
+        if view is None:
+            return None
+    if view.op.name != "Slice" or _view_of(view.parent) is not None:
+        return None
+    shape, box_shape = tuple(target.shape), tuple(box.shape)
+    if not all(isinstance(d, int) for d in (*shape, *box_shape)):
+        return None
+    updates = value
+    if tuple(value.shape) != shape:
+        updates = call("Expand", value, _i64(list(shape)))
+    if shape != box_shape:
+        updates = call("Reshape", updates, _i64(list(box_shape)))
+    return call("kiln.SliceUpdate", view.parent, updates, *view.extras)
+
+
+def _mask_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
+    """``t[mask] = scalar`` with a boolean mask of ``t``'s shape: all of ``t`` becomes
+    ``Where(mask, value, t)`` (no positions, no data-dependent sizes)."""
+    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+    if isinstance(mask, np.ndarray):
+        mask = Tensor._wrap(mask)
+    if not isinstance(mask, Tensor) or mask.dtype != np.bool_:
+        return None
+    if tuple(mask.shape) != tuple(t.shape) or value.ndim > 0 and value.size != 1:
+        return None
+    scalar = value if value.ndim == 0 else call("Reshape", value, _i64([]))
+    return call("Where", mask, scalar, t)

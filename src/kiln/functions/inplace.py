@@ -1,0 +1,322 @@
+"""NumPy's in-place API on kiln tensors: ``t[index] = value``, the augmented assignments
+(``+= -= *= /= //= %= **= @= &= |= ^= <<= >>=``), ``out=`` on ufuncs, ``np.copyto`` and
+``Tensor.fill``.
+
+Eagerly a write is NumPy's own, on the tensor's array: the same values, casts, broadcasting,
+buffering of overlapping operands and errors, and a write through a view reaches its base.
+While a tracer records, the write still happens on the arrays the function sees (so call 1 is
+NumPy's), and the tracer also records it as pure operators (:mod:`kiln.capture.views`): the
+value is computed with kiln's operators first (from the contents before the write), NumPy then
+performs and checks the write, and the tracer makes the result the written array's newest
+version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ops.dispatch import current_handler
+from ..tensor import Tensor, call
+from .operands import as_tensor, cast
+
+__all__ = [
+    "setitem",
+    "fill",
+    "copyto",
+    "ufunc_at",
+    "INPLACE_OPERATORS",
+    "write_out",
+    "host",
+    "NoValues",
+]
+
+
+def host(x: Any) -> Any:
+    """``x`` with every tensor (also inside tuples and lists) replaced by its array, read
+    without a host read: for NumPy to perform a write on the values the function sees."""
+    if isinstance(x, Tensor):
+        data = x._data
+        if data is None:
+            raise NoValues
+        return data
+    if isinstance(x, tuple):
+        return tuple(host(e) for e in x)
+    if isinstance(x, list):
+        return [host(e) for e in x]
+    if isinstance(x, dict):
+        return {k: host(v) for k, v in x.items()}
+    return x
+
+
+class NoValues(Exception):
+    """Raised by :func:`host` for a recorded tensor without values (a trace from a
+    signature): only the graph writes (the tracer catches it)."""
+
+
+def setitem(t: Tensor, index: Any, value: Any) -> None:
+    """``t[index] = value`` (``Tensor.__setitem__``): NumPy's assignment, value broadcast to
+    the indexed shape and cast to ``t``'s dtype; with repeated indices the last write wins.
+
+    Example:
+        >>> import kiln
+        >>> t = kiln.zeros(4, dtype=kiln.int64)
+        >>> t[1:3] = 7
+        >>> t.tolist()
+        [0, 7, 7, 0]
+    """
+    handler = current_handler()
+    if handler is None:
+        t._data[host(index)] = host(value)  # type: ignore[index]
+        return
+    v = cast(as_tensor(value), t.dtype)
+    handler.write(t, index, v, lambda: t._data.__setitem__(host(index), host(value)))  # type: ignore[union-attr]
+
+
+def fill(t: Tensor, value: Any) -> None:
+    """Set every element of ``t`` to the scalar ``value`` (``ndarray.fill``).
+
+    Example:
+        >>> import kiln
+        >>> t = kiln.zeros(3)
+        >>> t.fill(2.5)
+        >>> t.tolist()
+        [2.5, 2.5, 2.5]
+    """
+    handler = current_handler()
+    if handler is None:
+        t._data.fill(host(value))  # type: ignore[union-attr]
+        return
+    v = cast(as_tensor(value), t.dtype)
+    handler.write(t, None, v, lambda: t._data.fill(host(value)))  # type: ignore[union-attr]
+
+
+def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) -> None:
+    """``np.copyto``: copy ``src`` (broadcast) into ``dst`` where ``where`` holds, with
+    NumPy's ``casting`` check (registered for ``np.copyto`` by kiln.functions.tensor_methods).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> t = kiln.zeros(3)
+        >>> np.copyto(t, kiln.tensor([1.0, 2.0, 3.0]), where=kiln.tensor([True, False, True]))
+        >>> t.tolist()
+        [1.0, 0.0, 3.0]
+    """
+    handler = current_handler()
+    if not isinstance(dst, Tensor):  # into a NumPy array: NumPy's (reading tensors' values)
+        np.copyto(dst, np.asarray(src), casting=casting, where=np.asarray(where))  # type: ignore[arg-type]
+        return
+    if handler is None:
+        np.copyto(dst._data, host(src), casting=casting, where=host(where))  # type: ignore[arg-type]
+        return
+    v = cast(as_tensor(src), dst.dtype)
+    if not (where is True or where is np.True_):
+        v = call("Where", cast(as_tensor(where), np.dtype(bool)), v, dst)
+    handler.write(
+        dst,
+        None,
+        cast(v, dst.dtype),
+        lambda: np.copyto(dst._data, host(src), casting=casting, where=host(where)),  # type: ignore[arg-type]
+    )
+
+
+def ufunc_at(ufunc: np.ufunc, t: Tensor, index: Any, *values: Any) -> str | None:
+    """``ufunc.at(t, index, values)`` (``np.add.at(h, idx, 1.0)``), NumPy's unbuffered
+    in-place ``ufunc``: repeated indices accumulate, in index order. Eagerly NumPy's own call
+    on ``t``'s array. While a tracer records, ``np.add``, ``np.subtract`` (adding the negated
+    values), ``np.multiply``, ``np.maximum`` and ``np.minimum`` become a write with the
+    matching ``ScatterND`` reduction, when that reproduces NumPy's loop exactly (see
+    :func:`_at_update`). Returns None when done, else why the call cannot be recorded
+    exactly, having done nothing: the caller falls back (NumPy computes it, the tracer is told).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> h = kiln.zeros(3)
+        >>> np.add.at(h, [0, 2, 0], 1.0)
+        >>> h.tolist()
+        [2.0, 0.0, 1.0]
+    """
+    handler = current_handler()
+    if handler is None:
+        ufunc.at(t._data, host(index), *host(values))  # type: ignore[arg-type]
+        return None
+    reduction = _AT_REDUCTIONS.get(ufunc)
+    if reduction is None or len(values) != 1:
+        return (
+            "kiln records ufunc.at(a, indices, values) of np.add, np.subtract, np.multiply, "
+            "np.maximum and np.minimum"
+        )
+    update = _at_update(ufunc, t.dtype, values[0])
+    if isinstance(update, str):
+        return update
+    handler.write(
+        t,
+        index,
+        update,
+        lambda: ufunc.at(host(t), host(index), host(values[0])),
+        reduction=reduction,
+    )
+    return None
+
+
+# The ScatterND reduction doing ``ufunc.at`` (subtract adds the negated values: exact, as
+# IEEE subtraction is the addition of the negation and integers wrap alike).
+_AT_REDUCTIONS: dict[np.ufunc, str] = {
+    np.add: "add",
+    np.subtract: "add",
+    np.multiply: "mul",
+    np.maximum: "max",
+    np.minimum: "min",
+}
+# Significand bits: a float loop at least 2p+2 bits wide rounds +, -, * of p-bit operands
+# back to the p-bit format exactly as the p-bit operation does (no double rounding).
+_PRECISION = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _at_update(ufunc: np.ufunc, dtype: np.dtype, value: Any) -> Tensor | str:
+    """The values ``ufunc.at`` combines into an array of ``dtype``, as a tensor of that dtype
+    for the ScatterND reduction, or why the reduction would not give NumPy's result.
+
+    NumPy's ``ufunc.at`` converts the values with ``np.asarray`` (a Python scalar is not
+    weak there: ``np.add.at(float32_array, i, 0.1)`` runs the float64 loop), runs the loop the
+    two dtypes promote to, and casts each result back (``unsafe``). The reduction computes in
+    ``dtype`` on the values cast to it, which is the same when the loop is ``dtype``'s own;
+    for ``+ - *`` on integers (wrapping is a ring map); and for constant values ``dtype``
+    holds exactly, combined in a float loop wide enough not to round twice (or an integer
+    one)."""
+    static = not _holds_tensor(value)
+    if not (static or isinstance(value, Tensor)):
+        return "the values are a sequence holding tensors (pass one array)"
+    try:
+        given = value.dtype if isinstance(value, Tensor) else np.asarray(value).dtype
+        loop = tuple(ufunc.resolve_dtypes((dtype, given, None)))
+    except (TypeError, ValueError) as exc:  # no loop: NumPy raises its own error
+        return str(exc)
+    if loop != (dtype, dtype, dtype) and not _wraps_alike(ufunc, dtype, loop):
+        if not (static and _widens_exactly(dtype, loop, value)):
+            return (
+                f"NumPy computes it on a {dtype} array with {given} values in its {loop[0]} "
+                f"loop, casting each step back; kiln records it only where that equals the "
+                f"{dtype} loop (cast the values: values.astype(np.{dtype}))"
+            )
+    negate = ufunc is np.subtract
+    if static:
+        array = np.asarray(value).astype(dtype)  # NumPy's unsafe cast
+        return Tensor._wrap(np.negative(array) if negate else array)
+    v = cast(value, dtype)
+    return -v if negate else v
+
+
+def _holds_tensor(x: Any) -> bool:
+    if isinstance(x, Tensor):
+        return True
+    return isinstance(x, (tuple, list)) and any(_holds_tensor(e) for e in x)
+
+
+def _wraps_alike(ufunc: np.ufunc, dtype: np.dtype, loop: tuple[np.dtype, ...]) -> bool:
+    ring = ufunc in (np.add, np.subtract, np.multiply)
+    return ring and all(d.kind in "iu" for d in (dtype, *loop))
+
+
+def _widens_exactly(dtype: np.dtype, loop: tuple[np.dtype, ...], value: Any) -> bool:
+    wide = loop[0]
+    if any(d != wide for d in loop):
+        return False
+    if dtype.kind in "iu":
+        if wide.kind not in "iu":
+            return False
+    else:
+        p, q = _PRECISION.get(dtype.name), _PRECISION.get(wide.name)
+        if p is None or q is None or q < 2 * p + 2:
+            return False
+    given = np.asarray(value)
+    with np.errstate(all="ignore"):
+        held = given.astype(dtype).astype(wide)
+        return bool(np.array_equal(held, given.astype(wide), equal_nan=wide.kind == "f"))
+
+
+def write_out(outs: tuple[Tensor, ...], results: Any, numpy_call: Callable[[], Any]) -> Any:
+    """A ufunc's ``out=`` tensors given kiln's ``results`` of the call (recorded): NumPy
+    performs the call into the tensors' arrays (its values, casts and errors), then each
+    write is recorded; returns what NumPy returns (the out tensors)."""
+    handler = current_handler()
+    if handler is None or results is None:
+        numpy_call()
+    else:
+        produced = results if isinstance(results, tuple) else (results,)
+        values = [cast(as_tensor(r), out.dtype) for out, r in zip(outs, produced)]
+        handler.write(outs[0], None, values[0], numpy_call)  # NumPy writes all the outs
+        for out, value in zip(outs[1:], values[1:]):
+            handler.write(out, None, value, _nothing)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _nothing() -> None:
+    pass
+
+
+def _inplace(ufunc: np.ufunc, symbol: str) -> Callable[[Tensor, Any], Tensor]:
+    def method(self: Tensor, other: Any) -> Tensor:
+        handler = current_handler()
+        if handler is None:
+            ufunc(self._data, host(other), out=self._data)
+            return self
+        forward = getattr(Tensor, f"__{_FORWARD[ufunc.__name__]}__", None)
+        if forward is None:  # no kiln operator (the shifts): NumPy's write, not recorded
+            handler.unsupported(f"t {symbol}= other (np.{ufunc.__name__})")
+            ufunc(self._data, host(other), out=self._data)
+            return self
+        result = forward(self, other)  # recorded, from the contents before the write
+        if result is NotImplemented:
+            return NotImplemented
+        handler.write(
+            self,
+            None,
+            cast(result, self.dtype),
+            lambda: ufunc(self._data, host(other), out=self._data),
+        )
+        return self
+
+    method.__name__ = f"__i{_FORWARD[ufunc.__name__]}__"
+    method.__doc__ = f"``t {symbol}= other`` in place (``np.{ufunc.__name__}(t, other, out=t)``)."
+    return method
+
+
+_FORWARD = {
+    "add": "add",
+    "subtract": "sub",
+    "multiply": "mul",
+    "divide": "truediv",
+    "floor_divide": "floordiv",
+    "remainder": "mod",
+    "power": "pow",
+    "matmul": "matmul",
+    "bitwise_and": "and",
+    "bitwise_or": "or",
+    "bitwise_xor": "xor",
+    "left_shift": "lshift",
+    "right_shift": "rshift",
+}
+
+_SYMBOLS = {
+    np.add: "+",
+    np.subtract: "-",
+    np.multiply: "*",
+    np.true_divide: "/",
+    np.floor_divide: "//",
+    np.remainder: "%",
+    np.power: "**",
+    np.matmul: "@",
+    np.bitwise_and: "&",
+    np.bitwise_or: "|",
+    np.bitwise_xor: "^",
+    np.left_shift: "<<",
+    np.right_shift: ">>",
+}
+
+# ``__iadd__`` and friends, attached by kiln.functions.tensor_methods.
+INPLACE_OPERATORS: dict[str, Callable[[Tensor, Any], Tensor]] = {
+    f"__i{_FORWARD[u.__name__]}__": _inplace(u, s) for u, s in _SYMBOLS.items()
+}
