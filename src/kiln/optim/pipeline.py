@@ -25,8 +25,11 @@ from ..errors import GraphValidationError
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
+from .fold_full_overwrites import fold_full_overwrites
+from .fold_scatters import fold_scatters
 from .fold_shapes import fold_shapes
 from .fold_transpose_into_matmul import fold_transpose_into_matmul
+from .forward_scatter_reads import forward_scatter_reads
 from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_gelu import fuse_gelu
@@ -34,6 +37,7 @@ from .fuse_gemm import fuse_gemm
 from .fuse_layer_norm import fuse_layer_norm
 from .fuse_rms_norm import fuse_rms_norm
 from .fuse_softmax import fuse_softmax
+from .lower_contiguous_writes import lower_contiguous_writes
 from .simplify_algebra import simplify_algebra
 from .transform import DefaultsOptions, OptimizeReport, Transform
 
@@ -81,6 +85,10 @@ def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
         fold_shapes,
         fold_constants,
         simplify_algebra,
+        fold_scatters,  # functionalized writes: chains of constant-index scatters
+        fold_full_overwrites,
+        forward_scatter_reads,
+        lower_contiguous_writes,
         eliminate_common_subexpressions,
         eliminate_dead_code,
         fuse_layer_norm,
