@@ -1,19 +1,26 @@
 """The NumPy kernels corpus: each kernel run plain and through ``kiln.compile``.
 
 Run: ``python benchmarks/numpy_kernels.py`` (``--quick`` for a smoke test, ``--only a,b`` for
-some kernels, ``--docs`` to rewrite the "NumPy kernels corpus" section of docs/benchmarks.md).
-The kernels live in ``benchmarks/numpy_kernels/`` (one module per kind).
+some kernels, ``--inplace`` for the kernels that write into arrays, ``--repeats 3 --budget
+0.05`` for benchmark sizes with short timings, ``--docs`` to rewrite the "NumPy kernels corpus"
+section of docs/benchmarks.md). The kernels live in
+``benchmarks/numpy_kernels/`` (one module per kind).
 
 For every kernel, with a fresh ``kiln.compile(fn)``:
 
 * **correct**: three calls with fresh inputs each (growing sizes for shape-dependent kernels,
-  the legacy global stream seeded alike for both), every output and every argument afterwards
-  (mutated inputs) compared with plain NumPy's: container and array types, shape, dtype,
-  values (exact for integers and booleans; rtol 1e-10 for float64/complex128, 2e-5 for
-  float32);
+  the legacy global stream seeded alike for both), then a fourth on the third call's argument
+  objects again (state carried across calls); each side gets its own copy of the inputs, and
+  every output and every argument afterwards (mutated inputs) is compared with plain NumPy's:
+  container and array types, shape, dtype, values (exact for integers and booleans; rtol 1e-10
+  for float64/complex128, 2e-5 for float32);
+* **writes**: ``in`` for kernels that write into arrays they create or views of them, else the
+  arguments NumPy mutates (which the compiled call must leave mutated alike);
 * **mode**: ``compiled`` (a graph serves the calls, no capture warning), ``fallback`` (the
-  function's state is Fallback, or a ``CaptureWarning`` said a structure serves eagerly), or
-  ``error`` (the compiled call raised); the reason is the first warning or ``explain`` line;
+  function's state is Fallback, or a ``CaptureWarning`` said a structure serves eagerly),
+  ``recaptures`` (more captures than one, two for drifting sizes: a value guard or a static
+  value changes every call), or ``error`` (the compiled call raised); the reason is the first
+  warning or ``explain`` line;
 * **first call**: the compiled function's first call (capture, optimize, finalize, engine
   selection) in ms; the engines' libraries are imported before the first kernel;
 * **speedup**: plain time / compiled time at steady state: the median of the ratios of 11
@@ -62,16 +69,7 @@ def check(k: corpus.Kernel, compiled: Any, n: int) -> dict[str, Any]:
         err = result["error"]
         row["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     row["warnings"] = [f"{type(w.message).__name__}: {w.message}" for w in caught]
-    capture_warned = any(
-        isinstance(w.message, (kiln.errors.CaptureWarning, kiln.errors.RecaptureWarning))
-        for w in caught
-    )
-    if result["error"] is not None:
-        row["mode"] = "error"
-    elif compiled.state == kiln.State.Fallback or capture_warned:
-        row["mode"] = "fallback"
-    else:
-        row["mode"] = compiled.state.value
+    row["mode"] = corpus.mode(k, compiled, caught, result["error"])
     row["explain"] = kiln.explain(compiled, file=False)
     info = compiled.cache_info()
     row["captures"] = f"{info.captures}/{info.recaptures}"
@@ -146,10 +144,18 @@ def _warm_imports() -> None:
             pass
 
 
-def run(kernels: list[corpus.Kernel], quick: bool) -> list[dict[str, Any]]:
+def run(
+    kernels: list[corpus.Kernel],
+    quick: bool,
+    budget: float | None = None,
+    repeats: int | None = None,
+) -> list[dict[str, Any]]:
+    """Check and time each kernel (tiny sizes when ``quick``); ``budget`` seconds of steady
+    timing in ``repeats`` pairs per kernel (defaults: 0.25 s and 11, quick: 0.02 s and 3)."""
     _warm_imports()
     rows = []
-    budget, repeats = (0.02, 3) if quick else (0.25, 11)
+    budget = budget if budget is not None else (0.02 if quick else 0.25)
+    repeats = repeats if repeats is not None else (3 if quick else 11)
     for k in kernels:
         n = k.tiny if quick else k.bench
         compiled = kiln.compile(k.fn)
@@ -190,9 +196,9 @@ def geomean(rows: list[dict[str, Any]]) -> float | None:
 def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
-        "| kernel | kind | size | correct | mode | captures | first call | numpy | kiln "
+        "| kernel | kind | size | writes | correct | mode | captures | first call | numpy | kiln "
         "| speedup |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         k = r["kernel"]
@@ -201,7 +207,7 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
             speed = f"({speed})"  # not counted: a wrong answer is no speedup
         first = f"{r['first_ms']:.1f} ms" if r["first_ms"] is not None else "-"
         lines.append(
-            f"| {k.name} | {k.kind} | {k.bench if not quick else k.tiny} "
+            f"| {k.name} | {k.kind} | {k.bench if not quick else k.tiny} | {_writes(k)} "
             f"| {'yes' if r['problem'] is None else 'NO'} | {r['mode']} "
             f"| {r.get('captures', '-')} | {first} "
             f"| {_fmt_s(r['plain_s'])} | {_fmt_s(r['kiln_s'])} | {speed} |"
@@ -210,6 +216,7 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
     correct = sum(r["problem"] is None for r in rows)
     compiled = sum(r["mode"] == "compiled" for r in rows)
     below = sum(1 for r in _timed_correct(rows) if r["speedup"] < 0.95)
+    writing = [r for r in rows if r["kernel"].inplace]
     lines += [
         "",
         f"Geometric mean speedup over the {len(_timed_correct(rows))} correct kernels: "
@@ -218,6 +225,9 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
         else "Geometric mean speedup: -",
         f"Correct: {correct}/{len(rows)}; compiled without fallback: {compiled}/{len(rows)}; "
         f"correct but below 0.95x NumPy: {below}. Load average (1 min) at the end: {load:.2f}.",
+        f"Kernels that write into arrays: {len(writing)}; correct: "
+        f"{sum(r['problem'] is None for r in writing)}; compiled and correct: "
+        f"{sum(r['problem'] is None and r['mode'] == 'compiled' for r in writing)}.",
     ]
     notes = [r for r in rows if r["problem"] is not None or r["mode"] != "compiled"]
     if notes:
@@ -228,6 +238,14 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
                 what += f"; falls back: {r['reason']}"
             lines.append(f"- `{r['kernel'].name}` ({r['mode']}): {what}")
     return "\n".join(lines)
+
+
+def _writes(k: corpus.Kernel) -> str:
+    """The table's *writes* cell: the mutated arguments, ``in`` for writes into arrays the
+    kernel creates only, ``-`` for none."""
+    if k.mutates:
+        return ", ".join(k.mutates)
+    return "in" if k.inplace else "-"
 
 
 def kernel_list(kernels: list[corpus.Kernel]) -> str:
@@ -249,9 +267,12 @@ def write_docs(table: str) -> None:
         f"{SECTION}\n\n"
         "Produced by `python benchmarks/numpy_kernels.py --docs` (kernels in "
         "`benchmarks/numpy_kernels/`): plain NumPy kernels of the kinds scientists write, each "
-        "run plain and through `kiln.compile`. *correct*: three calls with fresh inputs "
-        "(growing sizes for the shape-dependent ones) match NumPy in types, shape, dtype, values "
-        "and mutated inputs; *mode*: compiled, or fallback (state Fallback or a CaptureWarning); "
+        "run plain and through `kiln.compile`. *writes*: the arguments a kernel mutates, `in` "
+        "when it writes only into arrays it creates; *correct*: three calls with fresh inputs "
+        "(growing sizes for the shape-dependent ones) and a fourth on the same arguments again "
+        "match NumPy in types, shape, dtype, values and mutated inputs; *mode*: compiled, "
+        "fallback (state Fallback or a CaptureWarning), or recaptures (more captures than one, "
+        "two for drifting sizes); "
         "*captures*: captures / re-captures; "
         "*first call*: capture + optimize + finalize + engine selection; *speedup*: NumPy time / "
         "kiln time, the median ratio of 11 interleaved pairs of batches; in parentheses when "
@@ -281,6 +302,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, short timings")
     parser.add_argument("--only", default="", help="comma-separated kernel names")
+    parser.add_argument("--inplace", action="store_true", help="only kernels that write arrays")
+    parser.add_argument("--repeats", type=int, help="timing pairs per kernel (default 11)")
+    parser.add_argument("--budget", type=float, help="seconds of timing per kernel (0.25)")
     parser.add_argument("--docs", action="store_true", help="rewrite the docs section")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks and warnings")
     opts = parser.parse_args()
@@ -288,8 +312,10 @@ def main() -> None:
     if opts.only:
         names = set(opts.only.split(","))
         kernels = [k for k in kernels if k.name in names]
+    if opts.inplace:
+        kernels = [k for k in kernels if k.inplace]
     start = time.perf_counter()
-    rows = run(kernels, opts.quick)
+    rows = run(kernels, opts.quick, opts.budget, opts.repeats)
     table = markdown(rows, opts.quick)
     print(table)
     print(f"\n({time.perf_counter() - start:.0f} s)")
@@ -298,7 +324,8 @@ def main() -> None:
             if r.get("traceback") or r["warnings"]:
                 print(f"\n### {r['kernel'].name}\n{r.get('traceback', '')}")
                 print("\n".join(r["warnings"]))
-    if opts.docs and not opts.quick and not opts.only:
+    partial = opts.quick or opts.only or opts.inplace or opts.repeats or opts.budget
+    if opts.docs and not partial:
         write_docs(_section_body(table))
 
 

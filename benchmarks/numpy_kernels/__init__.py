@@ -10,14 +10,20 @@ Flags a runner honours:
 * ``drift``: the kernel is shape-dependent; successive calls use growing sizes
   (:func:`call_size`), so a compiled function re-captures with dynamic axes;
 * ``global_seed``: the kernel draws from NumPy's legacy global stream (``np.random.rand``...);
-  the runner seeds it identically before the plain and the compiled call.
+  the runner seeds it identically before the plain and the compiled call;
+* ``inplace``: the kernel writes into arrays (preallocated ones, views, ``out=``, its inputs);
+  ``mutates`` names the arguments NumPy leaves changed (:func:`mutated_arguments` checks the
+  declaration against NumPy), which a compiled kernel must leave changed alike.
 
 :func:`compare` checks a compiled result against NumPy's: structure, container and array
 types, shape, dtype and values (exact for integers and booleans, a tight tolerance for floats).
+:func:`check_calls` runs a kernel plain and compiled on separate, identical fresh inputs and
+compares results and arguments after every call; :func:`mode` says whether a graph served.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +31,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Kernel", "KERNELS", "kernel", "call_size", "check_calls", "compare", "make_args"]
+__all__ = [
+    "Kernel",
+    "KERNELS",
+    "kernel",
+    "call_size",
+    "check_calls",
+    "compare",
+    "make_args",
+    "expected_captures",
+    "mode",
+    "mutated_arguments",
+]
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,8 @@ class Kernel:
     description: str
     drift: bool = False
     global_seed: bool = False
+    inplace: bool = False
+    mutates: tuple[str, ...] = ()
 
 
 KERNELS: list[Kernel] = []
@@ -52,6 +71,8 @@ def kernel(
     tiny: int,
     drift: bool = False,
     global_seed: bool = False,
+    inplace: bool = False,
+    mutates: tuple[str, ...] = (),
     name: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated plain NumPy function (or bound method) as a kernel, named
@@ -59,8 +80,23 @@ def kernel(
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
+        unknown = set(mutates) - set(inspect.signature(fn).parameters)
+        if unknown:
+            raise ValueError(f"kernel {fn.__name__}: mutates names no argument: {sorted(unknown)}")
         KERNELS.append(
-            Kernel(name or fn.__name__, kind, fn, make, bench, tiny, doc, drift, global_seed)
+            Kernel(
+                name or fn.__name__,
+                kind,
+                fn,
+                make,
+                bench,
+                tiny,
+                doc,
+                drift,
+                global_seed,
+                inplace or bool(mutates),
+                tuple(mutates),
+            )
         )
         return fn
 
@@ -147,17 +183,28 @@ def compare(expected: Any, got: Any, where: str = "result") -> str | None:
 
 
 def check_calls(k: Kernel, compiled: Callable[..., Any], n: int, calls: int = 3) -> dict[str, Any]:
-    """Call ``k.fn`` and ``compiled`` ``calls`` times on identical fresh inputs (the legacy
-    global stream seeded alike before each); every output and every array argument afterwards
-    (mutations) must match. Returns ``problem`` (None or the first mismatch, or the exception
-    the compiled call raised), ``error`` (that exception) and ``first_s`` (first call seconds).
+    """Call ``k.fn`` and ``compiled`` ``calls`` times, each side on its own copy of identical
+    fresh inputs (the legacy global stream seeded alike before each), then once more on the
+    same argument objects again (state carried from one call to the next, as a time loop
+    does). After every call, every output and every array argument (mutated inputs) must
+    match, and the previous call's outputs and arguments must still match (nothing a call
+    returned or wrote back is overwritten by the next call). Returns ``problem`` (None or the
+    first mismatch, or the exception the compiled call raised), ``error`` (that exception) and
+    ``first_s`` (first call seconds).
     """
     out: dict[str, Any] = {"problem": None, "error": None, "first_s": None}
     plain_streams: dict[int, np.random.Generator] = {}
     kiln_streams: dict[int, np.random.Generator] = {}
-    for call in range(calls):
-        plain_args = make_args(k, n, call, plain_streams)
-        kiln_args = make_args(k, n, call, kiln_streams)
+    plain_args: tuple[Any, ...] = ()
+    kiln_args: tuple[Any, ...] = ()
+    previous: tuple[Any, Any, tuple, tuple] | None = None
+    for call in range(calls + 1):
+        if call < calls:
+            plain_args = make_args(k, n, call, plain_streams)
+            kiln_args = make_args(k, n, call, kiln_streams)
+            label = f"call {call + 1}"
+        else:
+            label = f"call {call + 1} (the arguments of call {call} again)"
         if k.global_seed:
             np.random.seed(call)
         expected = k.fn(*plain_args)
@@ -167,18 +214,74 @@ def check_calls(k: Kernel, compiled: Callable[..., Any], n: int, calls: int = 3)
         try:
             got = compiled(*kiln_args)
         except Exception as exc:  # reported, the corpus goes on
-            out["problem"] = f"call {call + 1} raises {type(exc).__name__}: {exc}"
+            out["problem"] = f"{label} raises {type(exc).__name__}: {exc}"
             out["error"] = exc
             return out
         if call == 0:
             out["first_s"] = time.perf_counter() - start
-        bad = compare(expected, got, "result")
-        for i, (pa, ka) in enumerate(zip(plain_args, kiln_args)):
-            if bad is None and isinstance(pa, np.ndarray):
-                bad = compare(pa, ka, f"argument {i} after the call")
+        bad = _compare_call(k, expected, got, plain_args, kiln_args, "")
+        if bad is None and previous is not None and call < calls:
+            bad = _compare_call(k, *previous, f" of call {call} after call {call + 1}")
         if bad is not None and out["problem"] is None:
-            out["problem"] = f"call {call + 1}: {bad}"
+            out["problem"] = f"{label}: {bad}"
+        previous = (expected, got, plain_args, kiln_args)
     return out
+
+
+def _compare_call(
+    k: Kernel, expected: Any, got: Any, plain_args: tuple, kiln_args: tuple, when: str
+) -> str | None:
+    """The first mismatch of one call's result or array arguments, or None."""
+    bad = compare(expected, got, f"result{when}")
+    for i, (pa, ka) in enumerate(zip(plain_args, kiln_args)):
+        if bad is None and isinstance(pa, np.ndarray):
+            bad = compare(pa, ka, f"argument {_arg_name(k, i)}{when or ' after the call'}")
+    return bad
+
+
+def _arg_name(k: Kernel, i: int) -> str:
+    names = list(inspect.signature(k.fn).parameters)
+    return f"{i} ({names[i]})" if i < len(names) else str(i)
+
+
+def mutated_arguments(k: Kernel, n: int) -> tuple[str, ...]:
+    """The names of the arguments that plain NumPy leaves changed after one call (run plain
+    only, against pristine copies), to check a kernel's ``mutates`` declaration."""
+    args = make_args(k, n, 0, {})
+    before = [a.copy() if isinstance(a, np.ndarray) else None for a in args]
+    if k.global_seed:
+        np.random.seed(0)
+    k.fn(*args)
+    names = list(inspect.signature(k.fn).parameters)
+    return tuple(
+        names[i]
+        for i, (a, b) in enumerate(zip(args, before))
+        if b is not None and not np.array_equal(a, b, equal_nan=True)
+    )
+
+
+def expected_captures(k: Kernel) -> int:
+    """Captures a compiled kernel needs for :func:`check_calls`: one, two when sizes drift
+    (the first drift re-captures with the axis dynamic); more means calls keep re-capturing."""
+    return 2 if k.drift else 1
+
+
+def mode(k: Kernel, compiled: Any, caught: list[Any], error: BaseException | None) -> str:
+    """How :func:`check_calls` was served: ``error`` (the compiled call raised), ``fallback``
+    (the function's state is Fallback, or a capture or re-capture warning among the ``caught``
+    warnings said a structure serves eagerly), ``recaptures`` (more captures than
+    :func:`expected_captures`: a value guard or a static value changes at every call), else
+    the state's value (``compiled``)."""
+    import kiln
+
+    if error is not None:
+        return "error"
+    kinds = (kiln.errors.CaptureWarning, kiln.errors.RecaptureWarning)
+    if compiled.state == kiln.State.Fallback or any(isinstance(w.message, kinds) for w in caught):
+        return "fallback"
+    if compiled.cache_info().captures > expected_captures(k):
+        return "recaptures"
+    return str(compiled.state.value)
 
 
 from . import (  # noqa: E402, I001  (registration order = table order)
@@ -192,7 +295,9 @@ from . import (  # noqa: E402, I001  (registration order = table order)
     montecarlo,
     shapes,
     implicit,
+    fills,
+    updates,
 )
 
 del expressions, normalize, distances, stencils, simulations, rows, complex_kernels
-del montecarlo, shapes, implicit
+del montecarlo, shapes, implicit, fills, updates

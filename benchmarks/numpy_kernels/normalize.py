@@ -80,7 +80,7 @@ def robust_scale(x):
     return (x - med) / (q75 - q25)
 
 
-@kernel("normalization", make=_table64, bench=4000, tiny=5)
+@kernel("normalization", make=_table64, bench=4000, tiny=5, mutates=("x",))
 def standardize_inplace(x):
     """Standardize a table in place (x -= mean; x /= std), returning nothing (mutates input)."""
     x -= x.mean(axis=0)

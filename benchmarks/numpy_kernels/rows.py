@@ -11,7 +11,7 @@ def _table(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     return (rng.uniform(0.1, 1.0, (n, 64)),)
 
 
-@kernel("row loop", make=_table, bench=200, tiny=3)
+@kernel("row loop", make=_table, bench=200, tiny=3, inplace=True)
 def row_normalize_loop(x):
     """Divide each row by its sum in a Python loop, filling a preallocated np.empty_like."""
     out = np.empty_like(x)

@@ -11,7 +11,7 @@ def _oscillators(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     return rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
 
 
-@kernel("simulation", make=_oscillators, bench=1000, tiny=4)
+@kernel("simulation", make=_oscillators, bench=1000, tiny=4, inplace=True)
 def euler_trajectory(x0, v0):
     """Damped oscillators by explicit Euler: preallocate (steps, n) arrays and fill row t."""
     steps, dt, k, c = 50, 0.01, 4.0, 0.1
@@ -53,7 +53,7 @@ def _positions(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     return rng.standard_normal((n, 2)), rng.standard_normal((n, 2)) * 0.1
 
 
-@kernel("simulation", make=_positions, bench=2000, tiny=4)
+@kernel("simulation", make=_positions, bench=2000, tiny=4, inplace=True)
 def verlet_positions(x, v):
     """Velocity Verlet in a harmonic well; positions stored into a preallocated history."""
     steps, dt = 30, 0.05

@@ -17,7 +17,7 @@ def laplacian_5point(u):
     return u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
 
 
-@kernel("stencil", make=_grid, bench=256, tiny=6)
+@kernel("stencil", make=_grid, bench=256, tiny=6, inplace=True)
 def jacobi_sweeps(u):
     """10 Jacobi sweeps on a copy, writing the interior in place (u[1:-1, 1:-1] = ...)."""
     u = u.copy()
