@@ -39,15 +39,12 @@ corpus = _load_corpus()
 # covers the cause. strict=False: they pass as soon as that work lands.
 _ISSUE12 = "needs in-place functionalization (issue 12)"
 KNOWN_FAILURES: dict[str, str] = {
-    "dft_matrix": (
-        "issue 11 item 8: a Python complex scalar times a tensor (-2j * np.pi * np.outer(k, k)) "
-        "raises TypeError; surfaced since np.arange in a capture returns a tensor (issue 12)"
-    ),
-    "rotate_phasors": "issue 11 item 8: a Python complex scalar (1j * theta) raises TypeError",
     "branch_on_size": (
         "issue 11 item 7: if x.shape[0] > 6 raises TypeError on the dynamic re-capture"
     ),
 }
+# (dft_matrix and rotate_phasors, a complex Python scalar times a tensor: NumPy computes them
+# through the ufunc protocol now, served eagerly; issue 11 item 8 is complex capture.)
 
 
 def _param(k):

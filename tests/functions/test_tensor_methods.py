@@ -8,8 +8,10 @@ import importlib
 import inspect
 
 import numpy as np
+import pytest
 
 import kiln
+from kiln.errors import CaptureWarning
 from kiln.functions.tensor_methods import set_tensor_methods
 
 tensor_module = importlib.import_module("kiln.tensor")  # kiln.tensor is also a function
@@ -45,5 +47,29 @@ def test_attaching_again_changes_nothing() -> None:
     before = ((1 - t.T) @ t).sum(axis=0).tolist()
     set_tensor_methods()
     assert ((1 - t.T) @ t).sum(axis=0).tolist() == before
-    assert kiln.Tensor.__add__ is kiln.add  # the kiln function itself, so help() shows its doc
+    assert kiln.Tensor.__add__.__doc__ == kiln.add.__doc__  # help() shows the function's doc
     assert np.add(t, 1).tolist() == (t + 1).tolist()  # the NumPy protocols are attached too
+
+
+def test_complex_operand_goes_to_numpy() -> None:
+    # kiln has no complex operators yet: NumPy computes through the ufunc protocol (eagerly
+    # exact), and a compiled function serves the call eagerly with one warning.
+    x = np.array([1.0, -2.0, 0.5])
+    t = kiln.asarray(x)
+    for got, want in [
+        (-2j * np.pi * t, -2j * np.pi * x),
+        (t * np.complex64(1j), x * np.complex64(1j)),
+        (t + np.array([1j, 2j, 3j]), x + np.array([1j, 2j, 3j])),
+    ]:
+        got = np.asarray(got)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+    def dft(v):
+        k = np.arange(v.shape[0])
+        return np.exp(-2j * np.pi * np.outer(k, k) / v.shape[0]) @ v
+
+    f = kiln.compile(dft)
+    with pytest.warns(CaptureWarning, match="np.multiply"):
+        np.testing.assert_allclose(f(x), dft(x), rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(f(x * 2), dft(x * 2), rtol=1e-15, atol=1e-15)

@@ -7,7 +7,8 @@ when it is imported (``import kiln`` imports it, so every tensor a user sees has
 on the class. They are real functions on ``Tensor``: ``help(kiln.Tensor)`` lists them, and
 ``kiln/tensor.py`` declares their signatures for type checkers.
 
-A binary operator is the kiln function itself (``Tensor.__add__ is kiln.add``) and its reflected
+A binary operator calls the kiln function (``t + u`` is ``kiln.add(t, u)``; a complex operand,
+which kiln has no operators for yet, goes to NumPy through the ufunc protocol) and its reflected
 form swaps the operands; a method with NumPy's method signature (``t.reshape(2, -1)``) adapts its
 arguments and calls the function.
 
@@ -53,6 +54,20 @@ _BINARY_OPERATORS: dict[str, tuple[Callable[[Any, Any], Tensor], str]] = {
     "xor": (elementwise.bitwise_xor, "^"),
 }
 
+_UFUNCS: dict[str, np.ufunc] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "truediv": np.true_divide,
+    "floordiv": np.floor_divide,
+    "mod": np.remainder,
+    "pow": np.power,
+    "matmul": np.matmul,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+}
+
 # Comparisons (elementwise, as NumPy's: ``t == u`` is a bool tensor), unary operators, indexing.
 _OPERATORS: dict[str, Callable[..., Tensor]] = {
     "__eq__": elementwise.equal,
@@ -69,10 +84,36 @@ _OPERATORS: dict[str, Callable[..., Tensor]] = {
 }
 
 
-def _reflected(name: str, fn: Callable[[Any, Any], Tensor], symbol: str) -> Callable[..., Tensor]:
-    """``Tensor.__r<name>__``: ``other <symbol> self``, i.e. ``fn(other, self)``."""
+def _complex(other: Any) -> bool:
+    """Whether ``other`` is complex (kiln has no complex operators yet: NumPy computes)."""
+    return type(other) is complex or (
+        isinstance(other, (np.ndarray, np.generic)) and other.dtype.kind == "c"
+    )
+
+
+def _forward(name: str, fn: Callable[[Any, Any], Tensor]) -> Callable[..., Tensor]:
+    """``Tensor.__<name>__``: ``fn(self, other)``; with a complex operand, NumPy's ufunc
+    through the protocol (its fallback computes it; a capture serves the call eagerly)."""
+    ufunc = _UFUNCS[name]
 
     def method(self: Tensor, other: Any) -> Tensor:
+        if _complex(other):
+            return ufunc(self, other)  # type: ignore[no-any-return]
+        return fn(self, other)
+
+    method.__name__ = f"__{name}__"
+    method.__qualname__ = f"Tensor.__{name}__"
+    method.__doc__ = fn.__doc__
+    return method
+
+
+def _reflected(name: str, fn: Callable[[Any, Any], Tensor], symbol: str) -> Callable[..., Tensor]:
+    """``Tensor.__r<name>__``: ``other <symbol> self``, i.e. ``fn(other, self)``."""
+    ufunc = _UFUNCS[name]
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        if _complex(other):
+            return ufunc(other, self)  # type: ignore[no-any-return]
         return fn(other, self)
 
     method.__name__ = f"__r{name}__"
@@ -338,11 +379,11 @@ def set_tensor_methods() -> None:
     Example:
         >>> import kiln
         >>> set_tensor_methods()
-        >>> kiln.Tensor.__add__ is kiln.add
+        >>> kiln.Tensor.__add__.__doc__ == kiln.add.__doc__
         True
     """
     for name, (fn, symbol) in _BINARY_OPERATORS.items():
-        setattr(Tensor, f"__{name}__", fn)
+        setattr(Tensor, f"__{name}__", _forward(name, fn))
         setattr(Tensor, f"__r{name}__", _reflected(name, fn, symbol))
     for name, method in {**_OPERATORS, **_METHODS, **_SHIFTS, **inplace.INPLACE_OPERATORS}.items():
         setattr(Tensor, name, method)
