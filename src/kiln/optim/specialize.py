@@ -10,45 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..ir.builder import GraphBuilder
-from ..ir.graph import ModelGraph, Value
-from ..ops.registry import TensorType
-from ..symbolic import SymDim, evaluate
+from ..ir.graph import ModelGraph
+from ..ir.sizes import bind_sizes
 from .transform import DefaultsOptions, Transform
 
 __all__ = ["specialize", "specialize_graph"]
 
 
-def _bind(ttype: TensorType, sizes: Mapping[str, int]) -> TensorType:
-    shape = tuple(
-        evaluate(d, sizes) if isinstance(d, SymDim) and d.symbols <= sizes.keys() else d
-        for d in ttype.shape
-    )
-    return TensorType(ttype.dtype, shape, ttype.value)
-
-
 def _specialize(graph: ModelGraph, sizes: Mapping[str, int]) -> tuple[ModelGraph, int]:
-    """The specialized graph and how many values (inputs and node outputs) changed type."""
-    builder = GraphBuilder()
-    mapping: dict[int, Value] = {id(c.value): c.value for c in graph.constants}  # all static
-    changed = 0
-    for v in graph.input_values:
-        new = builder.add_input(v.name, _bind(TensorType(v.dtype, v.shape), sizes))
-        mapping[id(v)] = new
-        changed += new.type != v.type
-    for node in graph.nodes:
-        inputs = [None if v is None else mapping[id(v)] for v in node.inputs]
-        for old, new in zip(node.outputs, builder.rebuild(node, inputs)):
-            mapping[id(old)] = new
-            changed += new.type != old.type
-    outputs = [mapping[id(v)] for v in graph.output_values]
-    special = graph.with_body(builder.nodes, outputs, graph.constants, builder.inputs)
-    if graph.shape_guards:  # bound guards that hold are dropped; one that fails stays
-        bound = [g.bind(sizes) for g in graph.shape_guards]
-        special = special.with_shape_guards(
-            [g for g in bound if not (g.is_static() and g.holds({}))]
-        )
-    return special, changed
+    """The specialized graph (:func:`kiln.ir.sizes.bind_sizes`) and how many values (inputs
+    and node outputs) changed type."""
+    special = bind_sizes(graph, sizes)
+    before = [*graph.input_values, *(v for n in graph.nodes for v in n.outputs)]
+    after = [*special.input_values, *(v for n in special.nodes for v in n.outputs)]
+    return special, sum(a.type != b.type for a, b in zip(before, after))
 
 
 def specialize_graph(graph: ModelGraph, sizes: Mapping[str, int]) -> ModelGraph:
