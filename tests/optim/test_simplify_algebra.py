@@ -180,3 +180,23 @@ def test_x_plus_zero_keeps_the_sign_of_zero():
     got = np.asarray(cf(x))
     np.testing.assert_array_equal(np.signbit(got), np.signbit(x + 0.0))
     assert not np.signbit(got[0])
+
+
+def test_reshape_with_minus_one_that_can_meet_size_zero_is_kept():
+    # NumPy refuses reshape(0, -1) of an empty array; with a dynamic size the reshape-same
+    # rule must not remove the node that raises it (fuzz 1:1956).
+    def f(c):
+        return c.reshape(c.shape[0], -1)
+
+    g = kiln.trace(f, np.ones((5, 3)), dynamic_axes={"c": [0]}).graph
+    g.optimize()
+    assert [n.op for n in g.nodes].count("Reshape") == 1
+    g.finalize()
+    np.testing.assert_array_equal(g.run([np.ones((4, 3))])[0], np.ones((4, 3)))
+    with pytest.raises(ValueError):
+        np.zeros((0, 3)).reshape(0, -1)
+    with pytest.raises(ValueError):
+        g.run([np.zeros((0, 3))])
+    static = kiln.trace(f, np.ones((5, 3))).graph
+    static.optimize()
+    assert "Reshape" not in [n.op for n in static.nodes]

@@ -168,8 +168,19 @@ def _transpose_of_transpose(m: Match, b: Builder, options: DefaultsOptions) -> R
 
 
 def _same_shape(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
-    # Reshaping (or expanding) to the shape the value already has changes nothing.
-    return m["x"] if tuple(m.root.outputs[0].shape) == tuple(m["x"].shape) else None
+    # Reshaping (or expanding) to the shape the value already has changes nothing, unless
+    # the reshape can raise: NumPy refuses a -1 when the array is empty (size 0 with a
+    # dynamic size), so keep it unless its target has no -1 or the size is static and nonzero.
+    x, root = m["x"], m.root
+    if tuple(root.outputs[0].shape) != tuple(x.shape):
+        return None
+    if root.op == "Reshape":
+        known = root.inputs[1].type.value if root.inputs[1] is not None else None
+        no_infer = known is not None and all(not (isinstance(d, int) and d == -1) for d in known)
+        static = all(isinstance(d, int) for d in x.shape) and 0 not in x.shape
+        if not (no_infer or static):
+            return None
+    return x
 
 
 def _reshape_of_reshape(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
