@@ -20,6 +20,8 @@ plans copy such outputs (see :func:`kiln.exec.plan.output_copies`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import dtypes
@@ -174,13 +176,24 @@ def _same_shape(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
     x, root = m["x"], m.root
     if tuple(root.outputs[0].shape) != tuple(x.shape):
         return None
-    if root.op == "Reshape":
-        known = root.inputs[1].type.value if root.inputs[1] is not None else None
-        no_infer = known is not None and all(not (isinstance(d, int) and d == -1) for d in known)
-        static = all(isinstance(d, int) for d in x.shape) and 0 not in x.shape
-        if not (no_infer or static):
-            return None
+    if root.op == "Reshape" and not _reshape_cannot_raise(root, x):
+        return None
     return x
+
+
+def _reshape_cannot_raise(root: Any, x: Any) -> bool:
+    """Whether a Reshape of ``x`` to its own shape surely succeeds: NumPy refuses a -1 whose
+    size is ambiguous (the other target entries multiply to 0), which an empty array of
+    dynamic size can meet."""
+    if all(isinstance(d, int) for d in x.shape) and 0 not in x.shape:
+        return True
+    known = root.inputs[1].type.value if root.inputs[1] is not None else None
+    if known is None:
+        return False
+    if not any(isinstance(d, int) and d == -1 for d in known):
+        return True
+    others = [d for d in known if not (isinstance(d, int) and d == -1)]
+    return all(isinstance(d, int) and d != 0 for d in others)
 
 
 def _reshape_of_reshape(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
