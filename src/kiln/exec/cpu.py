@@ -44,7 +44,7 @@ import numpy as np
 from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
 from ..ops.registry import ELEMENTWISE, PURE, SHAPE_ONLY, KernelCall, get_op, same_dtype
-from ..ops.shape import known_box
+from ..ops.shape import known_box, scatter_nd_into
 from ..ops.writes import slice_update_into
 from .inputs import InputChecker
 from .plan import Plan, output_copies
@@ -397,26 +397,9 @@ class _PlanWriter:
         return _run_source(self.input_names, self.lines, result, list(binds)), binds
 
 
-def _scatter_nd_into(
-    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str
-) -> np.ndarray:
-    """ScatterND writing into ``data`` itself (a buffer nothing else reads: see
-    ``_PlanWriter._overwritable``); the registry kernel's semantics otherwise."""
-    if not data.flags.writeable:
-        data = data.copy()
-    where = tuple([indices[..., k] for k in range(indices.shape[-1])])  # (np.moveaxis: slow)
-    if reduction == "none":
-        data[where] = updates
-    else:
-        getattr(
-            np, {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}[reduction]
-        ).at(data, where, updates)
-    return data
-
-
 # Writes a plan may run in their data's own buffer (see _PlanWriter._overwritable).
 _WRITES: dict[str, Callable[..., np.ndarray]] = {
-    "ScatterND": _scatter_nd_into,
+    "ScatterND": scatter_nd_into,
     "kiln.SliceUpdate": slice_update_into,
 }
 

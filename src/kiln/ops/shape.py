@@ -1421,17 +1421,26 @@ def _scatter_nd_infer(
     return [TensorType(data.dtype, data.shape)]
 
 
-def _scatter_nd_kernel(
-    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str
+def scatter_nd_into(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str
 ) -> np.ndarray:
-    out = data.copy()
+    """ScatterND in ``data``'s own buffer (a copy first when it is read-only); returns it. The
+    kernel calls it on a copy; a plan calls it directly when nothing else reads ``data``."""
+    if not data.flags.writeable:
+        data = data.copy()
     where = tuple([indices[..., k] for k in range(indices.shape[-1])])  # (np.moveaxis: slow)
     fn = _REDUCTIONS[reduction]
     if fn is None:
-        out[where] = updates
+        data[where] = updates
     else:
-        fn.at(out, where, updates)  # type: ignore[attr-defined]  # ufunc.at: repeats accumulate
-    return out
+        fn.at(data, where, updates)  # type: ignore[attr-defined]  # ufunc.at: repeats accumulate
+    return data
+
+
+def _scatter_nd_kernel(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str
+) -> np.ndarray:
+    return scatter_nd_into(data.copy(), indices, updates, reduction)
 
 
 def _scatter_nd_reference(
