@@ -34,7 +34,7 @@ from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_sc
 from ..tensor import Tensor, call, fresh_outputs, memory_root, rebind
 from .numpy_creation import numpy_creation
 from .scalars import TracedFloat
-from .views import Storage, View, reread, stale_views, written
+from .views import Storage, View, reread, root_of, stale_views, written
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
 
@@ -190,10 +190,10 @@ class Tracer:
         replayed: :meth:`unsupported` decides (a compile capture serves the call eagerly)."""
         from ..functions.inplace import NoValues
 
-        view = getattr(t._trace, "view", None)
-        root = t if view is None else view.storage.root
+        root, _ = root_of(t)
         owner = root._trace
-        if not (isinstance(owner, TraceRef) and owner.tracer is self):
+        owned = isinstance(owner, TraceRef) and owner.tracer is self
+        if not owned:
             self.unsupported(
                 "a write into an array the function did not receive or create (a closure or "
                 "global array, or a constant)"
@@ -214,7 +214,7 @@ class Tracer:
             perform()
         except NoValues:
             pass  # a trace from a signature: there are no values to write
-        if isinstance(owner, TraceRef) and owner.tracer is self:
+        if owned:
             new = self.value_of(written(t, index, value, reduction))
             rebind(root, TraceRef(self, new), TensorType(new.type.dtype, tuple(root.shape)))
             storage = self._storage.get(id(root))

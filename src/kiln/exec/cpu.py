@@ -45,7 +45,7 @@ from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
 from ..ops.registry import ELEMENTWISE, PURE, SHAPE_ONLY, KernelCall, get_op, same_dtype
 from ..ops.shape import known_box, scatter_nd_into
-from ..ops.writes import slice_update_into
+from ..ops.writes import assign_box, slice_update_into
 from .inputs import InputChecker
 from .plan import Plan, output_copies
 
@@ -330,9 +330,8 @@ class _PlanWriter:
         self.names[id(node.outputs[0])] = name
         box = known_box(node.inputs[0], node.inputs[2:]) if node.op == "kiln.SliceUpdate" else None
         if box is not None:  # a box known at plan time: NumPy's slice assignment, in place
-            self.lines.append(f"if not {args[0]}.flags.writeable: {args[0]} = {args[0]}.copy()")
-            self.lines.append(f"{args[0]}[{self.bind(box, 'k')}] = {args[1]}")
-            self.lines.append(f"{name} = {args[0]}")
+            fn, bound = self.bind(assign_box, "k"), self.bind(box, "k")
+            self.lines.append(f"{name} = {fn}({args[0]}, {args[1]}, {bound})")
         else:
             fn = self.bind(_WRITES[node.op], "k")
             self.lines.append(f"{name} = {fn}({', '.join(args)})")

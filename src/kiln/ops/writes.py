@@ -21,7 +21,7 @@ from .rules import require, require_same_dtype
 from .sampling import sample_array
 from .shape import _slice_infer, _slice_kernel, known_box
 
-__all__ = ["slice_update_into"]
+__all__ = ["slice_update_into", "assign_box"]
 
 _I64 = np.dtype(np.int64)
 
@@ -54,7 +54,16 @@ def slice_update_into(
     returns ``data``. A plan calls it when nothing else reads ``data``."""
     if not data.flags.writeable:
         data = data.copy()
-    _slice_kernel(data, starts, ends, axes, steps)[...] = updates
+    _slice_kernel(data, starts, ends, axes, steps)[...] = updates  # a view of the box
+    return data
+
+
+def assign_box(data: np.ndarray, updates: np.ndarray, box: tuple[slice, ...]) -> np.ndarray:
+    """``data[box] = updates`` in ``data``'s own buffer (a copy first when it is read-only);
+    returns the written array."""
+    if not data.flags.writeable:
+        data = data.copy()
+    data[box] = updates
     return data
 
 
@@ -70,9 +79,7 @@ def _kernel(
 
 
 def _copy_and_assign(data: np.ndarray, updates: np.ndarray, box: tuple[slice, ...]) -> np.ndarray:
-    out = data.copy()
-    out[box] = updates
-    return out
+    return assign_box(data.copy(), updates, box)
 
 
 def _fast(
