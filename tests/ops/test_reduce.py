@@ -9,7 +9,9 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError, OpTypeError
+from kiln.ir.builder import GraphBuilder
 from kiln.ops import get_op
+from kiln.ops.dispatch import run_kernel
 from kiln.ops.registry import TensorType
 from kiln.symbolic import symbol
 from kiln.tensor import dispatch
@@ -185,3 +187,62 @@ def test_topk_infer() -> None:
         _infer("TopK", [x, TensorType(I64, (1,), (11,))])
     with pytest.raises(OpTypeError, match="TopK: input 'K' must be int64"):
         _infer("TopK", [x, TensorType(np.dtype(np.int32), (1,), (1,))])
+
+
+# -- the NumPy engine's direct reduce calls (``fast_kernel``) ----------------------------------
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize(
+    "dtype", ["float16", "float32", "float64", "int32", "int64", "uint32", "int8", "bool"]
+)
+@pytest.mark.parametrize(
+    "shape, axes, keepdims, noop",
+    [
+        ((3, 4), (-1,), 0, 0),
+        ((2, 3, 4), (2, 0), 1, 0),
+        ((2, 3), None, 0, 0),
+        ((2, 3), (), 1, 1),  # the reduction of each single element
+        ((0, 3), (0,), 1, 0),  # an empty set: the identity
+        ((3, 0), (1,), 0, 0),
+    ],
+)
+def test_numpy_engine_reduce_calls_equal_the_kernel(op, dtype, shape, axes, keepdims, noop):
+    """The plan's ``ufunc.reduce`` with the axes bound equals the registry kernel bit for bit
+    (integer sums wrap in the dtype; NaN propagates; empty sets give the identity)."""
+    opdef = get_op(op)
+    dt = np.dtype(dtype)
+    if not _allowed(op, dt):
+        pytest.skip(f"{op} does not take {dtype}")
+    rng = np.random.default_rng(3)
+    if dt.kind == "b":
+        x = rng.random(shape) > 0.5
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        x = rng.integers(info.min // 2, info.max // 2, shape, endpoint=True).astype(dt)
+    else:
+        x = rng.standard_normal(shape).astype(dt) * 1e4  # float16 sums overflow to inf
+        if x.size > 2:
+            x.flat[1] = np.nan
+    b = GraphBuilder()
+    data = b.add_input("x", TensorType(dt, shape))
+    inputs = [data] if axes is None else [data, b.add_constant(np.array(axes, np.int64))]
+    (out,) = b.add(op, inputs, {"keepdims": keepdims, "noop_with_empty_axes": noop})
+    graph = b.graph("g", [out])
+    graph.finalize("numpy")
+    (got,) = graph.run([x])
+    attrs = opdef.bind_attrs({"keepdims": keepdims, "noop_with_empty_axes": noop})
+    axes_in = None if axes is None else np.array(axes, np.int64)
+    (want,) = run_kernel(opdef, [x, axes_in], attrs)
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert opdef.fast_kernel is not None
+
+
+def _allowed(op: str, dt: np.dtype) -> bool:
+    try:
+        get_op(op).infer([TensorType(dt, (2,))], get_op(op).bind_attrs({}))
+    except OpTypeError:
+        return False
+    return True

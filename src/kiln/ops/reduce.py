@@ -32,6 +32,7 @@ from .registry import (
     Attr,
     EngineLimit,
     Input,
+    KernelCall,
     OpDef,
     Sample,
     TensorType,
@@ -157,11 +158,15 @@ def _reduction(
     reference: Callable[[list[Any], np.dtype], Any],
     sample_dtypes: Sequence[np.dtype],
     sample_range: tuple[float, float] = (-3.0, 3.0),
+    ufunc: np.ufunc | None = None,
+    initial: Callable[[np.dtype], Any] | None = None,
 ) -> OpDef:
     """Register ``name``: reduce ``data`` over ``axes`` with ``fn(x, axes, keepdims)``.
 
     ``reference(values, dtype)`` reduces one lane of input values (Python numbers) and is what
-    the samples check the kernel against.
+    the samples check the kernel against. ``ufunc`` is given where ``fn`` is exactly
+    ``ufunc.reduce`` in the data's dtype (with ``initial(dtype)`` as its start value): the NumPy
+    engine then calls that reduce directly, with the axes resolved once.
     """
 
     def infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -178,9 +183,9 @@ def _reduction(
         keepdims: int = 1,
         noop_with_empty_axes: int = 0,
     ) -> np.ndarray:
+        # Floating-point warnings are silenced by the caller (run_kernel, the plans).
         resolved = _kernel_axes(data.ndim, axes, noop_with_empty_axes)
-        with np.errstate(all="ignore"):
-            result = fn(_native(data), resolved, bool(keepdims))
+        result = fn(_native(data), resolved, bool(keepdims))
         return _to_dtype(np.asarray(result), data.dtype)
 
     return register(
@@ -193,6 +198,7 @@ def _reduction(
             infer=infer,
             kernel=kernel,
             traits=frozenset({REDUCTION, PURE}),
+            fast_kernel=None if ufunc is None else _reduce_fast(ufunc, initial),
             samples=_reduce_samples(reference, tuple(sample_dtypes), sample_range),
             since_version=18,
             engine_limits=_ORT_EMPTY_OR_NAN
@@ -203,6 +209,47 @@ def _reduction(
             else _ORT_EMPTY,
         )
     )
+
+
+def _reduce_fast(
+    ufunc: np.ufunc, initial: Callable[[np.dtype], Any] | None
+) -> Callable[[Sequence[Typed | None], Sequence[Typed], Mapping[str, Any]], KernelCall | None]:
+    """The NumPy engine's call for a reduction whose axes are known at plan time:
+    ``ufunc.reduce(x, axes, dtype, None, keepdims[, initial])``, what the kernel's ``fn`` runs,
+    without resolving the axes on every run."""
+
+    def fast(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> KernelCall | None:
+        data = inputs[0]
+        if data is None or data.dtype == dtypes.bfloat16:
+            return None
+        axes = _known_axes(len(data.shape), inputs[1] if len(inputs) > 1 else None, attrs)
+        if axes is None:
+            return None
+        keep = bool(attrs["keepdims"])
+        if initial is None:
+            return KernelCall(
+                "{b0}({0}, {b1}, {b2}, None, {b3})", (ufunc.reduce, axes, data.dtype, keep)
+            )
+        start = initial(data.dtype)
+        return KernelCall(
+            "{b0}({0}, {b1}, None, None, {b2}, {b3})", (ufunc.reduce, axes, keep, start)
+        )
+
+    return fast
+
+
+def _known_axes(ndim: int, axes: Typed | None, attrs: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The sorted, non-negative reduction axes when the axes input is absent or a constant
+    whose value its type carries; None when they are only known at run time."""
+    if axes is None:
+        return _kernel_axes(ndim, None, attrs["noop_with_empty_axes"])
+    known = getattr(axes, "value", None)
+    if known is None or ndim == 0:
+        return None
+    values = np.asarray(known).reshape(-1)
+    return tuple(sorted(_kernel_axes(ndim, values, attrs["noop_with_empty_axes"])))
 
 
 def _to_dtype(result: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -458,6 +505,7 @@ _reduction(
     ACCUMULATE_DTYPES,
     _ref_sum,
     (_F32, _I64, _F16, _I32),
+    ufunc=np.add,
 )
 _reduction(
     "ReduceMean",
@@ -474,6 +522,8 @@ _reduction(
     ORDERED_DTYPES,
     _ref_max,
     (_F32, dtypes.int8, dtypes.bool_, dtypes.uint8, _F16),
+    ufunc=np.maximum,
+    initial=_lowest,
 )
 _reduction(
     "ReduceMin",
@@ -482,6 +532,8 @@ _reduction(
     ORDERED_DTYPES,
     _ref_min,
     (_F64, _I64, dtypes.bool_, dtypes.uint32),
+    ufunc=np.minimum,
+    initial=_highest,
 )
 _reduction(
     "ReduceProd",
@@ -491,6 +543,7 @@ _reduction(
     _ref_prod,
     (_F64, _I32),
     (-2.0, 3.0),
+    ufunc=np.multiply,
 )
 _reduction(
     "ReduceL1",
