@@ -246,3 +246,32 @@ def test_reads_go_back_through_versions_in_one_pass(read, source):
     for index, u in zip(writes, args[1:]):
         y[index] = u
     assert_close(run(out, *args)[0], y[read])
+
+
+@pytest.mark.parametrize("row", [3, 70_000])  # a row longer than the folding limit too
+def test_a_row_recurrence_reads_the_previous_row_whatever_its_length(row):
+    # out[i] = out[i - 1] * 2 + x[i]: a box that takes whole rows addresses rows only, so the
+    # positions are counted per row and the read forwards however long the rows are
+    f64, i64 = np.dtype(np.float64), np.dtype(np.int64)
+    b = GraphBuilder()
+    x = b.add_input("x", TensorType(f64, (3, row)))
+    (out,) = b.add("Identity", [x])
+    axis = b.add_constant(np.array([0], i64))
+    for i in (1, 2):
+        before = [b.add_constant(np.array([v], i64)) for v in (i - 1, i)]
+        here = [b.add_constant(np.array([v], i64)) for v in (i, i + 1)]
+        (prev,) = b.add("Slice", [out, *before, axis])
+        (xi,) = b.add("Slice", [x, *here, axis])
+        (scaled,) = b.add("Mul", [prev, b.add_constant(np.array(2.0))])
+        (value,) = b.add("Add", [scaled, xi])
+        (out,) = b.add("kiln.SliceUpdate", [out, value, *here, axis])
+    g = b.graph("g", [out])
+    result, n = forwarded(g)
+    assert n == 1  # the second row's read (the first reads x's own row through Identity)
+    written = {id(node.outputs[0]) for node in result.nodes if node.op == "kiln.SliceUpdate"}
+    assert not any(id(node.inputs[0]) in written for node in result.nodes if node.op == "Slice")
+    xv = sample((3, row), np.float64)
+    want = xv.copy()
+    for i in (1, 2):
+        want[i] = want[i - 1] * 2 + xv[i]
+    assert_close(run(result, xv)[0], want)

@@ -7,9 +7,9 @@ steps)`` when ``index`` picks a strided box, else as ``ScatterND(data, indices, 
 ``ScatterElements(data, indices, updates, axis=0)`` writes the same. When ``indices`` (or the
 box) is a constant and ``data`` has a static shape, every row of ``indices`` addresses one
 *position*: a cell of ``data.shape[:depth]`` (``depth`` is the last axis of ``indices``; a box
-addresses cells of every axis), counted in C order. Each position holds a block of
-``data.shape[depth:]`` (the *tail*). NumPy's rule for a position written twice is "the last
-write wins": :func:`last_writes` says which rows survive it.
+addresses cells of the axes up to the last one it cuts), counted in C order. Each position
+holds a block of ``data.shape[depth:]`` (the *tail*). NumPy's rule for a position written
+twice is "the last write wins": :func:`last_writes` says which rows survive it.
 
 Used by :mod:`~kiln.optim.fold_scatters`, :mod:`~kiln.optim.fold_full_overwrites`,
 :mod:`~kiln.optim.forward_scatter_reads` and :mod:`~kiln.optim.lower_contiguous_writes`.
@@ -140,8 +140,10 @@ def constant_writes(node: Node, constants: Mapping[int, np.ndarray]) -> Constant
 
 
 def _box_writes(node: Node, constants: Mapping[int, np.ndarray]) -> ConstantWrites | None:
-    """A ``kiln.SliceUpdate`` of a constant box: its positions are the box's, over every axis
-    of ``data`` (in the box's C order, the order of ``updates``' elements)."""
+    """A ``kiln.SliceUpdate`` of a constant box: its positions are the box's cells over the
+    leading axes up to the last one the box cuts (in the box's C order, the order of
+    ``updates``' elements); the axes after it, which the box takes whole, are the tail. So
+    ``out[i] = row`` writes one position of ``out.shape[:1]``, whatever the row's length."""
     data, updates, *box = node.inputs
     if data is None or updates is None or not all(isinstance(d, int) for d in data.shape):
         return None
@@ -152,8 +154,22 @@ def _box_writes(node: Node, constants: Mapping[int, np.ndarray]) -> ConstantWrit
     if starts is None or ends is None:
         return None
     dims = tuple(int(d) for d in data.shape)  # type: ignore[arg-type]  # static
-    positions = box_positions(dims, starts, ends, axes, steps).reshape(-1)
-    return ConstantWrites(node, data, updates, len(dims), positions, (), dims)
+    rank = len(dims)
+    cut = [a % rank for a in (range(len(starts)) if axes is None else axes.tolist())]
+    steps_ = [1] * len(cut) if steps is None else steps.tolist()
+    depth = 1
+    for a, start, end, step in zip(cut, starts.tolist(), ends.tolist(), steps_):
+        if range(dims[a])[slice(start, end, step)] != range(dims[a]):
+            depth = max(depth, a + 1)  # this axis is cut (or reversed): it is addressed
+    keep = [k for k, a in enumerate(cut) if a < depth]
+    positions = box_positions(
+        dims[:depth],
+        starts[keep],
+        ends[keep],
+        np.array([cut[k] for k in keep], np.int64),
+        None if steps is None else steps[keep],
+    ).reshape(-1)
+    return ConstantWrites(node, data, updates, depth, positions, dims[depth:], dims[:depth])
 
 
 def box_positions(
