@@ -1115,3 +1115,47 @@ def test_exported_drifted_graph_never_answers_wrongly_at_other_sizes(case):
             continue
         for name, out, exp in zip(graph.output_names, got, expected):
             assert_close(out, exp, what=f"onnxruntime {name} at size {n}")
+
+
+# -- whole-row writes by an integer array ----------------------------------------------------
+# ``w[idx] = v`` / ``w[idx] -= g`` / ``w[idx, :]`` / ``np.add.at(w, idx, g)`` on a 2-D root is
+# one ``ScatterND`` of whole rows (no flat positions): the rows may repeat (last write wins,
+# or accumulate with ``ufunc.at``), be negative, or be a 2-D array; the value broadcasts.
+
+
+def row_sgd_step(w, idx, g):
+    w[idx] -= 0.1 * g
+    return w.sum(axis=1)
+
+
+def row_writes_mixed(w, idx, g):
+    out = np.zeros_like(w)
+    out[idx] = g  # rows repeat: the last write wins
+    out[idx[:2], :] = 7.0  # a scalar broadcast to whole rows
+    out[idx[-1:], ...] += g[-1]  # a row broadcast
+    out[np.array([[-1, 0], [1, -2]])] = w[:4].reshape(2, 2, -1)  # 2-D rows, negative
+    np.add.at(out, idx, g)  # repeated rows accumulate
+    return out
+
+
+def make_rows(n: int, seed: int) -> tuple:
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(-n, n, 6)
+    idx[3] = idx[1]  # a repeated row
+    return rand((n, 3), F64, seed), idx, rand((6, 3), F64, seed + 1)
+
+
+@pytest.mark.parametrize("target", [row_sgd_step, row_writes_mixed])
+def test_row_writes_by_integer_arrays_match_numpy(target):
+    run_scenario(target, make_rows, (5, 8))
+
+
+@pytest.mark.skipif(ORACLE, reason="a graph exists only for a compiled function")
+def test_row_write_records_one_scatter_of_whole_rows():
+    counted = compile_counted(row_sgd_step)
+    counted.fn(*make_rows(6, 0))
+    graph = counted.fn.take_graph()
+    ops = [node.op for node in graph.nodes]
+    assert ops.count("ScatterND") == 1 and "Range" not in ops, graph
+    (scatter,) = [node for node in graph.nodes if node.op == "ScatterND"]
+    assert tuple(scatter.inputs[1].shape) == (6, 1), graph  # one index row per written row

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..functions.operands import cast
-from ..functions.shape import getitem, index_update_at
+from ..functions.shape import getitem, index_update_at, index_update_rows
 from ..ops.registry import OpDef, TensorType
 from ..tensor import Tensor, call, dispatch, rebind
 
@@ -130,12 +130,13 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     ``"max"``, ``"min"``: ``ufunc.at``) is always that ``ScatterND``, combining each value with
     the contents at its position, repeated positions accumulating in index order."""
     root, view = root_of(t)
+    rows = _index_rows(t, view, index)
+    if rows is not None:
+        return index_update_rows(root, rows, value, reduction)
     if reduction != "none":
-        positions = _index_positions(t, view, index)
-        if positions is None:
-            positions = positions_of(t, view)
-            if index is not None:
-                positions = getitem(positions, index)
+        positions = positions_of(t, view)
+        if index is not None:
+            positions = getitem(positions, index)
         return index_update_at(root, positions, value, reduction)
     if view is None and index is None:
         same = tuple(value.shape) == tuple(root.shape)
@@ -152,24 +153,32 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     return index_update_at(root, positions, value)
 
 
-def _index_positions(t: Tensor, view: View | None, index: Any) -> Tensor | None:
-    """``index`` itself as the flat positions it selects, when ``t`` is a 1-D root and
-    ``index`` one integer array: no ``Gather`` of the iota (``ScatterND`` takes negative
-    positions, and raises on ones out of range, as NumPy's indexing does)."""
-    if view is not None or t.ndim != 1:
-        return None
-    if isinstance(index, tuple) and len(index) == 1:
-        index = index[0]
-    if isinstance(index, list) and any(isinstance(e, Tensor) for e in index):
-        return None
-    if isinstance(index, (list, np.ndarray)):
-        index = np.asarray(index)
-        if index.dtype.kind not in "iu":
+def _index_rows(t: Tensor, view: View | None, index: Any) -> Tensor | None:
+    """``index`` itself as the rows of the root it writes, when ``t`` is a root and ``index``
+    is one integer array on axis 0 (then whole slices or ``...``): no ``Gather`` of an iota,
+    and a ``ScatterND`` of whole rows (``ScatterND`` takes negative rows, and raises on ones
+    out of range, as NumPy's indexing does)."""
+    if view is None and t.ndim >= 1:
+        if isinstance(index, tuple) and index:
+            index, rest = index[0], index[1:]
+            if not all(_whole(r) for r in rest) or sum(r is Ellipsis for r in rest) > 1:
+                return None
+        if isinstance(index, list) and any(isinstance(e, Tensor) for e in index):
             return None
-        return Tensor._wrap(index.astype(np.int64))
-    if isinstance(index, Tensor) and index.dtype.kind in "iu":
-        return cast(index, np.dtype(np.int64))
+        if isinstance(index, (list, np.ndarray)):
+            index = np.asarray(index)
+            if index.dtype.kind in "iu" and index.ndim:
+                return Tensor._wrap(index.astype(np.int64))
+        if isinstance(index, Tensor) and index.dtype.kind in "iu" and index.ndim:
+            return cast(index, np.dtype(np.int64))
     return None
+
+
+def _whole(index: Any) -> bool:
+    """An index entry that takes a whole axis (``:``) or the remaining ones (``...``)."""
+    if isinstance(index, slice):
+        return index.start is None and index.stop is None and index.step is None
+    return index is Ellipsis
 
 
 def stale_views(storage: Storage) -> None:

@@ -1195,8 +1195,26 @@ def index_update_at(x: Tensor, positions: Tensor, value: Any, reduction: str = "
         >>> index_update_at(x, kiln.tensor([3, 0]), 9).tolist()
         [[9, 2], [3, 9]]
     """
+    flat = call("Reshape", x, _i64([-1]))
+    updated = index_update_rows(flat, positions, value, reduction)
+    return call("Reshape", updated, call("Shape", x), allowzero=1)
+
+
+def index_update_rows(x: Tensor, rows: Tensor, value: Any, reduction: str = "none") -> Tensor:
+    """A new tensor equal to ``x`` with the rows ``rows`` (an int64 tensor of indices into
+    axis 0; negative ones count from the end) set to ``value``, broadcast to ``rows.shape +
+    x.shape[1:]`` and cast to ``x``'s dtype: NumPy's ``x[rows] = value``, the last write
+    winning, or ``ufunc.at`` with a ``reduction``. One ``ScatterND`` whose index rows address
+    axis 0, so each writes a whole row of ``x``.
+
+    Example:
+        >>> import kiln
+        >>> x = kiln.tensor([[1, 2], [3, 4], [5, 6]])
+        >>> index_update_rows(x, kiln.tensor([-1, 0]), [7, 8]).tolist()
+        [[7, 8], [3, 4], [7, 8]]
+    """
     v = constant(value, x.dtype) if is_scalar(value) else cast(as_tensor(value), x.dtype)
-    target = positions.shape
+    target = (*rows.shape, *x.shape[1:])
     extra = v.ndim - len(target)
     if extra > 0:  # NumPy drops leading size-1 axes of the value
         if not all(_static(d) and d == 1 for d in v.shape[:extra]):
@@ -1211,10 +1229,11 @@ def index_update_at(x: Tensor, positions: Tensor, value: Any, reduction: str = "
                 f"could not broadcast input array from shape {format_shape(v.shape)} into "
                 f"shape {format_shape(target)}"
             )
-    if tuple(v.shape) != tuple(target):
-        v = call("Expand", v, call("Shape", positions))
-    flat = call("Reshape", x, _i64([-1]))
-    where = call("Unsqueeze", positions, _i64([-1]))
+    if tuple(v.shape) != target:
+        shape = call("Shape", rows)
+        if x.ndim > 1:
+            shape = call("Concat", shape, call("Shape", x, start=1), axis=0)
+        v = call("Expand", v, shape)
+    where = call("Unsqueeze", rows, _i64([-1]))
     attrs = {} if reduction == "none" else {"reduction": reduction}
-    updated = call("ScatterND", flat, where, v, **attrs)
-    return call("Reshape", updated, call("Shape", x), allowzero=1)
+    return call("ScatterND", x, where, v, **attrs)
