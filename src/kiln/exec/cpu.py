@@ -22,7 +22,10 @@ dict lookups. Planning also
   one a ufunc allocated is handed out as is.
 
 Every buffer a run writes into is allocated by that run, so concurrent runs of one plan share
-nothing mutable, and a result handed to the caller is never written again.
+nothing mutable, and a result handed to the caller is never written again. The one exception
+is asked for: :meth:`CpuPlan.donating` writes a run whose outputs that are the new contents of
+inputs (a compiled function's write-backs) are computed straight into those inputs' buffers,
+where that is safe (see :meth:`_PlanWriter.donations`), as the NumPy code wrote them in place.
 
 Example:
     >>> import kiln, numpy as np
@@ -36,14 +39,23 @@ from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..ir.rewrite import can_raise
 from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
-from ..ops.registry import ELEMENTWISE, PURE, SHAPE_ONLY, KernelCall, get_op, same_dtype
+from ..ops.registry import (
+    ELEMENTWISE,
+    PURE,
+    REDUCTION,
+    SHAPE_ONLY,
+    KernelCall,
+    get_op,
+    same_dtype,
+)
 from ..ops.shape import known_box, scatter_nd_into
 from ..ops.writes import assign_box, slice_update_into
 from .inputs import InputChecker
@@ -132,10 +144,12 @@ def _choose(node: Node) -> KernelCall:
         fast = opdef.fast_kernel(ins, node.outputs, attrs)
         if fast is not None:
             return fast
-    # A registry kernel may hand back a view of an input (Identity, Expand, ...).
+    # A registry kernel may hand back a view of an input (Identity, Expand, ...); a reduction's
+    # result is always a new array.
+    view = not opdef.has(REDUCTION)
     if attrs:
-        return KernelCall(_call_template(len(ins), kwargs=True), (kernel, attrs), returns_view=True)
-    return KernelCall(_call_template(len(ins)), (kernel,), returns_view=True)
+        return KernelCall(_call_template(len(ins), kwargs=True), (kernel, attrs), returns_view=view)
+    return KernelCall(_call_template(len(ins)), (kernel,), returns_view=view)
 
 
 def _call_template(n: int, *, kwargs: bool = False) -> str:
@@ -167,6 +181,28 @@ class CpuPlan(Plan):
         exec(compile(self.source, f"<kiln plan {graph.name}>", "exec"), namespace, env)  # noqa: S102
         self.run_arrays: Callable[[Sequence[np.ndarray]], list[np.ndarray]] = env["run"]
         self.check_inputs: Callable[[Any], list[np.ndarray]] = _fast_checker(self.checker)
+
+    def donating(
+        self, donate: Mapping[int, int]
+    ) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
+        """A ``run_arrays`` that computes output ``k`` straight into the buffer of input
+        ``donate[k]`` where it can do so safely, and returns that input array itself as the
+        output; None when it can for none of them (then ``run_arrays`` is as good).
+
+        The caller gives its own arrays up for writing: every read of the input (and of views
+        of it) comes before the write, no later step can raise, and the output is the input's
+        new contents, of its dtype and shape (a compiled function's write-back: the replay then
+        has nothing to copy). Only ``run_arrays`` itself is the plan's pure run.
+        """
+        writer = _PlanWriter(self.graph, donate)
+        if not writer.donated:
+            return None
+        for index, node in enumerate(self.graph.nodes):
+            writer.add_node(index, node)
+        source, namespace = writer.finish()
+        env: dict[str, Any] = {}
+        exec(compile(source, f"<kiln plan {self.graph.name} donating>", "exec"), namespace, env)  # noqa: S102
+        return env["run"]  # type: ignore[no-any-return]
 
 
 def _fast_checker(checker: InputChecker) -> Callable[[Any], list[np.ndarray]]:
@@ -217,7 +253,7 @@ class _PlanWriter:
     ``allocated`` the values a call computes into a buffer of its own (for the outputs' copies).
     """
 
-    def __init__(self, graph: ModelGraph) -> None:
+    def __init__(self, graph: ModelGraph, donate: Mapping[int, int] | None = None) -> None:
         self.graph = graph
         self.names: dict[int, str] = {}
         self.binds: dict[str, Any] = {}
@@ -235,6 +271,56 @@ class _PlanWriter:
         self.last_use, self.readers = _readers(graph)
         self.outputs = {id(v) for v in graph.output_values}
         self.producer = {id(v): node for node in graph.nodes for v in node.outputs}
+        # node index -> the input whose buffer it writes its output into (CpuPlan.donating)
+        self.donated: dict[int, Value] = self.donations(donate) if donate else {}
+
+    def donations(self, donate: Mapping[int, int]) -> dict[int, Value]:
+        """The nodes that may write graph output ``k`` into the buffer of input ``donate[k]``
+        (by node index): the node makes the output, of the input's dtype and shape, with a
+        ufunc (``out=``) or an in-place write into the input itself; the output is handed out
+        once; every read of the input, and of any view of it, is by that node or before it
+        (and no view of it is an output); and no later node can raise, so a failing run
+        leaves the input as it was."""
+        graph, found = self.graph, {}
+        index_of = {id(node): i for i, node in enumerate(graph.nodes)}
+        outputs = graph.output_values
+        for k, position in donate.items():
+            out, x = outputs[k], graph.input_values[position]
+            node = self.producer.get(id(out))
+            if node is None or sum(o is out for o in outputs) != 1:
+                continue
+            if out.dtype != x.dtype or tuple(out.shape) != tuple(x.shape):
+                continue
+            index = index_of[id(node)]
+            writes_x = node.op in _WRITES and node.inputs[0] is x
+            if not writes_x and _choose(node).ufunc is None:
+                continue
+            if self._read_after(x, index) or index in found:
+                continue
+            if any(can_raise(later) for later in graph.nodes[index + 1 :]):
+                continue
+            found[index] = x
+        return found
+
+    def _read_after(self, x: Value, index: int) -> bool:
+        """Whether ``x`` or a view of it is read after node ``index``, or is a graph output."""
+        pending, seen = [x], {id(x)}
+        while pending:
+            v = pending.pop()
+            if v is not x and id(v) in self.outputs:
+                return True
+            for r in self.readers.get(id(v), ()):
+                if r > index:
+                    return True
+                if r == index:
+                    continue  # the write itself: its output is the input's new contents
+                reader = self.graph.nodes[r]
+                if _choose(reader).returns_view:
+                    for w in reader.outputs:
+                        if id(w) not in seen:
+                            seen.add(id(w))
+                            pending.append(w)
+        return False
 
     def bind(self, obj: Any, prefix: str) -> str:
         """A new name for ``obj`` in the generated code."""
@@ -250,7 +336,8 @@ class _PlanWriter:
                 self.known[id(v)] = data
                 self.names[id(v)] = self.bind(data, "c")
             return
-        if node.op in _WRITES and self._overwritable(node, index):
+        donated = self.donated.get(index)
+        if node.op in _WRITES and (donated is not None or self._overwritable(node, index)):
             self._scatter_in_place(index, node)
             return
         call = _choose(node)
@@ -263,6 +350,8 @@ class _PlanWriter:
             self.names[id(v)] = f"v{self.locals}"
             self.locals += 1
         target = self._reuse_target(node, index, call)
+        if donated is not None:
+            target = self.names[id(donated)]
         if target is not None:
             text = text[:-1] + f", out={target})"
         self._assign(node, out_names, text)
@@ -372,9 +461,13 @@ class _PlanWriter:
             allocates=lambda v: id(v) in self.allocated,
             constant=lambda v: id(v) in self.known,
         )
+        donated = {id(self.graph.nodes[i].outputs[0]) for i in self.donated}
         results = []
         for v, copy in zip(self.graph.output_values, copies):
             name = self.names[id(v)]
+            if id(v) in donated:  # the caller's own array, written as asked
+                results.append(name)
+                continue
             if copy.action == "copy":
                 results.append(f"{name}.copy()")
                 continue

@@ -1,0 +1,108 @@
+"""``CpuPlan.donating``: a run that writes an input's new contents (a compiled function's
+write-back) straight into that input's buffer, where that is safe, and gives NumPy's answer
+either way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.exec.cpu import CpuPlan
+
+RNG = np.random.default_rng(5)
+
+
+def standardize(x):  # ufuncs: the last one writes out=x
+    x -= x.mean(axis=0)
+    x /= x.std(axis=0)
+
+
+def sgd_rows(w, idx, g):  # a ScatterND into w itself
+    w[idx] -= 0.1 * g
+
+
+def stencil(u):  # a SliceUpdate of u whose value reads views of u
+    u[1:-1] = u[1:-1] + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])
+
+
+def overlapping(a):  # the value is a view of the written input (NumPy buffers the overlap)
+    a[1:] = a[:-1]
+
+
+def read_before(x):  # every read of x's old contents comes first: donated
+    y = x * 1.5
+    x += 1
+    return y.sum() + x[0]
+
+
+def read_after(x):  # x's old contents are read after the write: no donation
+    z = x.copy()
+    x += 1
+    return z * 2
+
+
+def raises_after(x, k):  # a later step can raise (an integer to a negative power)
+    x += 1
+    return k**k
+
+
+def returns_the_input(x):  # the new contents are a result too: handed out twice
+    x *= 2
+    return x
+
+
+CASES: list[tuple[Callable[..., Any], Callable[[], tuple], bool]] = [
+    (standardize, lambda: (RNG.standard_normal((40, 3)),), True),
+    (sgd_rows, lambda: (RNG.standard_normal((9, 3)), np.array([1, -2, 1]), np.ones((3, 3))), True),
+    (stencil, lambda: (RNG.standard_normal(12),), True),
+    (overlapping, lambda: (np.arange(8, dtype=np.int64),), True),
+    (read_before, lambda: (RNG.standard_normal(6).astype(np.float32),), True),
+    (read_after, lambda: (RNG.standard_normal(6).astype(np.float32),), False),
+    (raises_after, lambda: (np.arange(4.0), np.arange(1, 4, dtype=np.int64)), False),
+    (returns_the_input, lambda: (np.arange(5, dtype=np.int32),), False),
+]
+
+
+def _captured(fn: Callable[..., Any], make: Callable[[], tuple]) -> kiln.io.ModelGraph:
+    compiled = kiln.compile(fn)
+    compiled(*make())
+    return compiled.take_graph()
+
+
+@pytest.mark.parametrize("fn, make, donates", CASES, ids=lambda c: getattr(c, "__name__", ""))
+def test_donating_run_writes_the_input_as_numpy_does(fn, make, donates):
+    graph = _captured(fn, make)
+    plan = CpuPlan(graph)
+    donate = {
+        k: graph.input_names.index(name.split(".", 1)[1])
+        for k, name in enumerate(graph.output_names)
+        if name.startswith("mutated.")
+    }
+    assert donate
+    run = plan.donating(donate)
+    assert (run is not None) == donates, plan.source
+    if run is None:
+        return
+    args = make()
+    want_args = [np.array(a, copy=True) for a in args]
+    with np.errstate(all="ignore"):
+        want = fn(*want_args)
+    given = [np.array(a, copy=True) for a in args]
+    pure = plan.run_arrays([np.array(a, copy=True) for a in args])
+    outs = run(given)
+    for k, position in donate.items():
+        assert outs[k] is given[position]  # written in place: nothing left to copy back
+        np.testing.assert_array_equal(given[position], want_args[position])
+        np.testing.assert_array_equal(pure[k], want_args[position])
+    results = [o for k, o in enumerate(outs) if k not in donate]
+    if want is not None:
+        np.testing.assert_array_equal(results[0], want)
+
+
+def test_no_donation_asked_is_the_pure_run():
+    graph = _captured(standardize, CASES[0][1])
+    assert CpuPlan(graph).donating({}) is None
