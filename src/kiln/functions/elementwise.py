@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
-from ..tensor import Tensor, call
+from ..tensor import Tensor, call, eager_plan
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, same_dtype_operands, ufunc_operands
 from .shape import nonzero
@@ -442,7 +442,7 @@ def _float_unary(
         f"{summary}\n\n    Example:\n        >>> import kiln\n"
         f"        >>> kiln.{name}(kiln.tensor({example})).tolist()\n        {result}\n"
     )
-    return implements(ufunc)(fn)
+    return implements(ufunc)(eager_plan(1)(fn))
 
 
 exp = _float_unary("exp", np.exp, "Exp", "e to the power of each element.", "[0.0]", "[1.0]")
@@ -500,12 +500,8 @@ def exp2(x: Any) -> Tensor:
 
 @implements(np.expm1)
 def expm1(x: Any) -> Tensor:
-    """``exp(x) - 1``, accurate near 0 and near saturation.
-
-    For ``|x| < 1`` lowered as ``tanh(x / 2) * (exp(x) + 1)``, which equals ``exp(x) - 1``
-    without its cancellation; elsewhere ``exp(x) - 1`` itself, which is accurate there (and
-    gives exactly -1 where NumPy does: ``expm1(float32(-17.58))``, where the tanh form is 1 ulp
-    off). float32 computes in float64 and rounds once, half precision in float32.
+    """``exp(x) - 1``, accurate near 0: NumPy's own ``expm1`` (``kiln.Expm1``, whose ONNX form
+    is ``tanh(x / 2) * (exp(x) + 1)`` near 0).
 
     Example:
         >>> import kiln
@@ -513,24 +509,13 @@ def expm1(x: Any) -> Tensor:
         [1.00000000005e-10]
     """
     (a,), _ = _resolve(np.expm1, x)
-    back = a.dtype
-    if back == dtypes.float32:
-        a = cast(a, dtypes.float64)
-    else:
-        (a,), back = _widen(a)
-    exp = call("Exp", a)
-    one = _scalar(1, a)
-    small = call("Less", call("Abs", a), one)
-    near_zero = call("Mul", call("Tanh", call("Mul", a, _scalar(0.5, a))), call("Add", exp, one))
-    return cast(call("Where", small, near_zero, call("Sub", exp, one)), back)
+    return call("kiln.Expm1", a)
 
 
 @implements(np.log1p)
 def log1p(x: Any) -> Tensor:
-    """``log(1 + x)``, accurate near 0.
-
-    Lowered with Goldberg's correction: for ``u = 1 + x`` (rounded),
-    ``log1p(x) = log(u) * x / (u - 1)``, exact to rounding; ``x`` itself where ``u == 1``.
+    """``log(1 + x)``, accurate near 0: NumPy's own ``log1p`` (``kiln.Log1p``, whose ONNX
+    form is Goldberg's correction ``log(u) * x / (u - 1)`` for ``u = 1 + x``).
 
     Example:
         >>> import kiln
@@ -538,14 +523,7 @@ def log1p(x: Any) -> Tensor:
         [1e-20]
     """
     (a,), _ = _resolve(np.log1p, x)
-    (a,), back = _widen(a)
-    one = _scalar(1, a)
-    u = call("Add", one, a)
-    log_u = call("Log", u)
-    corrected = call("Mul", log_u, call("Div", a, call("Sub", u, one)))
-    # u == inf: the correction is inf / inf; log(u) is the answer.
-    result = call("Where", call("IsInf", u), log_u, corrected)
-    return cast(call("Where", call("Equal", u, one), a, result), back)
+    return call("kiln.Log1p", a)
 
 
 def _log_base(name: str, ufunc: np.ufunc, x: Any, base: float) -> Tensor:
@@ -1006,6 +984,7 @@ def isfinite(x: Any) -> Tensor:
 
 
 @implements(np.where)
+@eager_plan(3)
 def where(condition: Any, x: Any = None, y: Any = None) -> Tensor:
     """``x`` where ``condition`` is true, else ``y``; all three broadcast together, ``x`` and
     ``y`` promote to their NumPy result type.

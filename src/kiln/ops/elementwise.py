@@ -29,8 +29,10 @@ from .registry import (
     PURE,
     Attr,
     EngineLimit,
+    ExpandFn,
     Input,
     KernelCall,
+    NodeBuilder,
     NodeRule,
     OpDef,
     Sample,
@@ -542,13 +544,16 @@ def unary(
     cost: float = 1,
     fast_kernel: NodeRule[KernelCall | None] | None = None,
     engine_limits: Mapping[str, EngineLimit] | None = None,
+    domain: str = "",
+    expand: ExpandFn | None = None,
 ) -> OpDef:
     """Register a one-input elementwise operator whose output has the input's shape.
 
     ``out_dtype`` fixes the output dtype (IsNaN: bool); ``value_fn`` computes one output
     element from one input element for known integer contents (Neg: ``lambda a: -a``);
-    ``check`` validates the bound attributes. ``cost``, ``fast_kernel`` and ``engine_limits``
-    are the record's fields of those names (see :class:`~kiln.ops.registry.OpDef`).
+    ``check`` validates the bound attributes. ``cost``, ``fast_kernel``, ``engine_limits``,
+    ``domain`` and ``expand`` (a kiln-domain operator's ONNX form) are the record's fields of
+    those names (see :class:`~kiln.ops.registry.OpDef`).
     """
     allowed = frozenset(allowed)
     in_name = io_names[0]
@@ -580,6 +585,8 @@ def unary(
             cost=cost,
             fast_kernel=fast_kernel,
             engine_limits=float64_differs(engine_limits, **FLOAT64_ULPS.get(name, {})),
+            domain=domain,
+            expand=expand,
         )
     )
 
@@ -809,6 +816,92 @@ for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
         reference=_pointwise(lambda v, f=_ref: float(f(v))),
         cost=_FLOAT_MATH_COST.get(_name, 1),
     )
+
+# -- log1p and expm1: NumPy's own ufuncs; ONNX has neither --------------------------------------
+
+
+def _widened(builder: NodeBuilder, x: Any) -> tuple[Any, np.dtype]:
+    """``x`` in the dtype the ONNX forms below compute in (half precision in float32, float32
+    in float64 where asked), and its own dtype to cast back to."""
+    dtype = x.dtype
+    if dtype in (dtypes.float16, dtypes.bfloat16):
+        (x,) = builder.add("Cast", [x], {"to": onnx_dtype_code(dtypes.float32)})
+    return x, dtype
+
+
+def _narrowed(builder: NodeBuilder, x: Any, dtype: np.dtype, out: Any) -> None:
+    if x.dtype == dtype:
+        builder.add("Identity", [x], outputs=[out])
+    else:
+        builder.add("Cast", [x], {"to": onnx_dtype_code(dtype)}, outputs=[out])
+
+
+def _constant(builder: NodeBuilder, value: float, like: Any) -> Any:
+    (c,) = builder.add("Constant", [], {"value": np.asarray(value, like.dtype)})
+    return c
+
+
+def _log1p_expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    """Goldberg's form: for ``u = 1 + x`` (rounded), ``log(u) * x / (u - 1)``, exact to
+    rounding; ``log(u)`` where ``u`` is infinite; ``x`` where ``u == 1``."""
+    x, dtype = _widened(builder, inputs[0])
+    one = _constant(builder, 1.0, x)
+    (u,) = builder.add("Add", [one, x])
+    (log_u,) = builder.add("Log", [u])
+    (u_1,) = builder.add("Sub", [u, one])
+    (ratio,) = builder.add("Div", [x, u_1])
+    (corrected,) = builder.add("Mul", [log_u, ratio])
+    (inf,) = builder.add("IsInf", [u])
+    (result,) = builder.add("Where", [inf, log_u, corrected])
+    (unit,) = builder.add("Equal", [u, one])
+    (result,) = builder.add("Where", [unit, x, result])
+    _narrowed(builder, result, dtype, outputs[0])
+
+
+def _expm1_expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    """``tanh(x / 2) * (exp(x) + 1)`` for ``|x| < 1`` (``exp(x) - 1`` without its
+    cancellation), ``exp(x) - 1`` elsewhere; float32 computes in float64 and rounds once."""
+    x, dtype = _widened(builder, inputs[0])
+    if x.dtype == dtypes.float32:
+        (x,) = builder.add("Cast", [x], {"to": onnx_dtype_code(dtypes.float64)})
+    one = _constant(builder, 1.0, x)
+    (exp,) = builder.add("Exp", [x])
+    (small,) = builder.add("Less", [builder.add("Abs", [x])[0], one])
+    (half,) = builder.add("Mul", [x, _constant(builder, 0.5, x)])
+    (tanh,) = builder.add("Tanh", [half])
+    (near_zero,) = builder.add("Mul", [tanh, builder.add("Add", [exp, one])[0]])
+    (far,) = builder.add("Sub", [exp, one])
+    (result,) = builder.add("Where", [small, near_zero, far])
+    _narrowed(builder, result, dtype, outputs[0])
+
+
+unary(
+    "Log1p",
+    "log(1 + x), accurate near 0 (NumPy's log1p; ONNX form: Goldberg's correction).",
+    np.log1p,
+    FLOATS,
+    sample_dtypes=(*_F32_F64, *_F16),
+    sample_range=(-0.9, 3.0),
+    reference=_pointwise(math.log1p),
+    cost=4,
+    domain="kiln",
+    expand=_log1p_expand,
+)
+unary(
+    "Expm1",
+    "exp(x) - 1, accurate near 0 (NumPy's expm1; ONNX form: a tanh identity near 0).",
+    np.expm1,
+    FLOATS,
+    sample_dtypes=(*_F32_F64, *_F16),
+    reference=_pointwise(math.expm1),
+    cost=4,
+    domain="kiln",
+    expand=_expm1_expand,
+)
 
 unary(
     "Sigmoid",
