@@ -50,7 +50,7 @@ def raises_after(x, k):  # a later step can raise (an integer to a negative powe
     return k**k
 
 
-def returns_the_input(x):  # the new contents are a result too: handed out twice
+def returns_the_input(x):  # the new contents are a result too: donated, the result a copy
     x *= 2
     return x
 
@@ -63,7 +63,7 @@ CASES: list[tuple[Callable[..., Any], Callable[[], tuple], bool]] = [
     (read_before, lambda: (RNG.standard_normal(6).astype(np.float32),), True),
     (read_after, lambda: (RNG.standard_normal(6).astype(np.float32),), False),
     (raises_after, lambda: (np.arange(4.0), np.arange(1, 4, dtype=np.int64)), False),
-    (returns_the_input, lambda: (np.arange(5, dtype=np.int32),), False),
+    (returns_the_input, lambda: (np.arange(5, dtype=np.int32),), True),
 ]
 
 
@@ -101,8 +101,28 @@ def test_donating_run_writes_the_input_as_numpy_does(fn, make, donates):
     results = [o for k, o in enumerate(outs) if k not in donate]
     if want is not None:
         np.testing.assert_array_equal(results[0], want)
+        assert not any(np.shares_memory(results[0], a) for a in given)
 
 
 def test_no_donation_asked_is_the_pure_run():
     graph = _captured(standardize, CASES[0][1])
     assert CpuPlan(graph).donating({}) is None
+
+
+def clip_into(signal, gain, out):  # the new contents are returned too (through Identity)
+    np.multiply(signal, gain, out=out)
+    return np.clip(out, -1.0, 1.0, out=out)
+
+
+def test_donated_contents_returned_too_are_a_copy():
+    make = lambda: (RNG.standard_normal((6, 2)), np.array([0.5, 3.0]), np.zeros((6, 2)))  # noqa: E731
+    graph = _captured(clip_into, make)
+    plan = CpuPlan(graph)
+    k = graph.output_names.index("mutated.out")
+    run = plan.donating({k: graph.input_names.index("out")})
+    assert run is not None, plan.source
+    signal, gain, out = make()
+    result, written = run([signal, gain, out])
+    assert written is out and not np.shares_memory(result, out)
+    np.testing.assert_array_equal(result, np.clip(signal * gain, -1, 1))
+    np.testing.assert_array_equal(out, result)

@@ -276,7 +276,9 @@ class _PlanWriter:
         self.last_use, self.readers = _readers(graph)
         self.outputs = {id(v) for v in graph.output_values}
         self.producer = {id(v): node for node in graph.nodes for v in node.outputs}
-        # node index -> the input whose buffer it writes its output into (CpuPlan.donating)
+        # node index -> the input whose buffer it writes its output into (CpuPlan.donating),
+        # and the outputs handed out as those inputs
+        self.donated_outputs: set[int] = set()
         self.donated: dict[int, Value] = self.donations(donate) if donate else {}
 
     def donations(self, donate: Mapping[int, int]) -> dict[int, Value]:
@@ -296,6 +298,12 @@ class _PlanWriter:
                 continue
             if out.dtype != x.dtype or tuple(out.shape) != tuple(x.shape):
                 continue
+            if node.op == "Identity" and node.inputs[0] is not None:
+                # the new contents are also a result (``np.clip(..., out=out)`` returned):
+                # the step making them writes the input, the result is handed out as a copy
+                node = self.producer.get(id(node.inputs[0]))
+                if node is None:
+                    continue
             index = index_of[id(node)]
             writes_x = node.op in _WRITES and node.inputs[0] is x
             if not writes_x and _choose(node).ufunc is None:
@@ -305,6 +313,7 @@ class _PlanWriter:
             if any(can_raise(later) for later in graph.nodes[index + 1 :]):
                 continue
             found[index] = x
+            self.donated_outputs.add(id(out))
         return found
 
     def _read_after(self, x: Value, index: int) -> bool:
@@ -396,23 +405,18 @@ class _PlanWriter:
 
     def _overwritable(self, node: Node, index: int) -> bool:
         """Whether ``node`` may write into its first input's buffer: a buffer this run
-        allocated (``fresh``), read last by ``node`` and by no step that returns a view, and no
-        graph output; or a reshape of such a buffer that only that reshape reads. (A chain of
-        functionalized writes then updates one buffer, as the NumPy code it came from does.)"""
-        data = node.inputs[0]
-        if data is None or id(data) in self.outputs or self.readers.get(id(data)) != [index]:
-            return False
-        if id(data) in self.fresh:
-            return True
-        maker = self.producer.get(id(data))
-        if maker is None or maker.op != "Reshape":
-            return False
-        base = maker.inputs[0]
+        allocated (``fresh``), or a view of one (through view operators), that is no graph
+        output and that nothing reads after ``node``, itself or through a view. (A chain of
+        functionalized writes then updates one buffer, as the NumPy code it came from does,
+        even when each version is read, through a slice, before the next write.)"""
+        base = node.inputs[0]
+        while base is not None and id(base) not in self.fresh:
+            maker = self.producer.get(id(base))
+            if maker is None or not maker.opdef.is_view or maker.op == "Expand":
+                return False  # an input, a constant, or maybe a read-only broadcast
+            base = maker.inputs[0]
         return (
-            base is not None
-            and id(base) in self.fresh
-            and id(base) not in self.outputs
-            and len(self.readers.get(id(base), ())) == 1
+            base is not None and id(base) not in self.outputs and not self._read_after(base, index)
         )
 
     def _scatter_in_place(self, index: int, node: Node) -> None:
@@ -466,12 +470,15 @@ class _PlanWriter:
             allocates=lambda v: id(v) in self.allocated,
             constant=lambda v: id(v) in self.known,
         )
-        donated = {id(self.graph.nodes[i].outputs[0]) for i in self.donated}
+        in_inputs = {id(self.graph.nodes[i].outputs[0]) for i in self.donated}
         results = []
         for v, copy in zip(self.graph.output_values, copies):
             name = self.names[id(v)]
-            if id(v) in donated:  # the caller's own array, written as asked
+            if id(v) in self.donated_outputs:  # the caller's own array, written as asked
                 results.append(name)
+                continue
+            if id(v) in in_inputs:  # computed in a caller's array, handed out as a result
+                results.append(f"{name}.copy()")
                 continue
             if copy.action == "copy":
                 results.append(f"{name}.copy()")

@@ -1162,6 +1162,22 @@ def _clip_kernel(
     return np.asarray(out, dtype=x.dtype)
 
 
+try:  # NumPy's clip ufunc (what np.clip calls with both bounds)
+    from numpy._core.umath import clip as _clip_ufunc
+except ImportError:  # pragma: no cover - NumPy 1
+    from numpy.core.umath import clip as _clip_ufunc
+
+
+def _clip_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """Both bounds given as 0-d values: NumPy's clip ufunc itself (what the kernel calls), which
+    the plan may let write into a dead input buffer."""
+    if len(inputs) != 3 or any(b is None or tuple(b.shape) != () for b in inputs[1:]):
+        return None
+    return KernelCall("{b0}({0}, {1}, {2})", (_clip_ufunc,), ufunc=_clip_ufunc)
+
+
 def _clip_reference(
     x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None
 ) -> np.ndarray:
@@ -1213,6 +1229,7 @@ register(
         infer=_clip_infer,
         kernel=_clip_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
+        fast_kernel=_clip_fast,
         samples=_clip_samples,
         engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
     )
