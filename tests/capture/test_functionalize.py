@@ -1159,3 +1159,27 @@ def test_row_write_records_one_scatter_of_whole_rows():
     assert ops.count("ScatterND") == 1 and "Range" not in ops, graph
     (scatter,) = [node for node in graph.nodes if node.op == "ScatterND"]
     assert tuple(scatter.inputs[1].shape) == (6, 1), graph  # one index row per written row
+
+
+# -- np.put, np.putmask, np.fill_diagonal: flat writes ----------------------------------------
+
+
+def flat_writes(x, idx):
+    d = np.zeros((x.shape[0], x.shape[0]))
+    d += x[:, None] - x[None, :]
+    np.fill_diagonal(d, np.inf)  # a dynamic size is specialized for it
+    np.put(d, idx, [1.5, 2.5])  # values repeated, indices from the caller
+    np.putmask(d, d < -1, 0.0)
+    np.putmask(d, d > 2, d * 10)
+    np.put(d, [3, -100], 9.0, mode="clip")
+    np.put(x, [0, -1], [4.0, 5.0, 6.0], mode="wrap")  # into the caller's array
+    return d, d.T.copy()
+
+
+def make_flat(n: int, seed: int) -> tuple:
+    rng = np.random.default_rng(seed)
+    return rand((n,), F64, seed), rng.integers(-n, n, 3)
+
+
+def test_flat_writes_are_recorded():
+    run_scenario(flat_writes, make_flat, (5, 7))

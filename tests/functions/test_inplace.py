@@ -957,3 +957,34 @@ def test_a_tensor_result_of_an_operation_is_writable_and_independent():
         return r, s, t
 
     check(program, a)
+
+
+# -- np.put, np.putmask, np.fill_diagonal --------------------------------------------------------
+
+PROGRAM_IDS: dict[int, int] = {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda a: np.put(a, [0, -1, 7], np.array([9, 8, 7]).astype(a.dtype)),
+        lambda a: np.put(a, [3, 3, 5], np.array([1, 2, 3]).astype(a.dtype)),  # last wins
+        lambda a: np.put(a, np.array([[1, 2], [4, 6]]), np.ones(3, a.dtype)),  # repeated
+        lambda a: np.put(a, [2, 100, -100], np.zeros(1, a.dtype), mode="clip"),
+        lambda a: np.put(a, [2, 101, -101], np.zeros(2, a.dtype), mode="wrap"),
+        lambda a: np.put(a, [60], np.zeros(1, a.dtype)),  # out of range: IndexError
+        lambda a: np.put(a, [1, 2], 2.5),  # a float into ints: NumPy's unsafe cast
+        lambda a: np.putmask(a, a > 0, np.array([5, 6, 7]).astype(a.dtype)),
+        lambda a: np.putmask(a, np.ones(a.shape, bool), a[::-1].copy()),
+        lambda a: np.putmask(a, np.zeros((2, 2), bool), 1),  # wrong size: NumPy's error
+        lambda a: np.fill_diagonal(a, np.array([4, 5]).astype(a.dtype)),
+        lambda a: np.fill_diagonal(a.T, np.array([3]).astype(a.dtype), wrap=True),
+        lambda a: np.fill_diagonal(a[0], 1),
+        lambda a: np.fill_diagonal(a[:, 0, :2], 1, wrap=True),
+        lambda a: np.fill_diagonal(a, 1),  # 3-D of unequal sizes: NumPy's error
+    ],
+    ids=lambda p: f"program{PROGRAM_IDS.setdefault(id(p), len(PROGRAM_IDS))}",
+)
+def test_flat_writes_match_numpy(program, dtype):
+    check(program, data((3, 4, 5), dtype))

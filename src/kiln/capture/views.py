@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..functions.inplace import Flat
 from ..functions.operands import cast
 from ..functions.shape import getitem, index_update_at, index_update_rows
 from ..ops.registry import OpDef, TensorType
@@ -130,6 +131,9 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     ``"max"``, ``"min"``: ``ufunc.at``) is always that ``ScatterND``, combining each value with
     the contents at its position, repeated positions accumulating in index order."""
     root, view = root_of(t)
+    if isinstance(index, Flat):  # a.flat[i] (np.put, np.fill_diagonal)
+        positions = call("Reshape", positions_of(t, view), Tensor._wrap(np.array([-1], np.int64)))
+        return index_update_at(root, getitem(positions, index.index), value, reduction)
     rows = _index_rows(t, view, index)
     if rows is not None:
         return index_update_rows(root, rows, value, reduction)

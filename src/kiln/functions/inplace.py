@@ -1,6 +1,6 @@
 """NumPy's in-place API on kiln tensors: ``t[index] = value``, the augmented assignments
-(``+= -= *= /= //= %= **= @= &= |= ^= <<= >>=``), ``out=`` on ufuncs, ``np.copyto`` and
-``Tensor.fill``.
+(``+= -= *= /= //= %= **= @= &= |= ^= <<= >>=``), ``out=`` on ufuncs, ``np.copyto``,
+``Tensor.fill``, ``np.put``, ``np.putmask`` and ``np.fill_diagonal``.
 
 Eagerly a write is NumPy's own, on the tensor's array: the same values, casts, broadcasting,
 buffering of overlapping operands and errors, and a write through a view reaches its base.
@@ -14,10 +14,11 @@ version.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..errors import UnsupportedOperationError
 from ..ops.dispatch import current_handler
 from ..tensor import Tensor, call
 from .operands import as_tensor, cast
@@ -31,6 +32,10 @@ __all__ = [
     "write_out",
     "host",
     "NoValues",
+    "Flat",
+    "put",
+    "putmask",
+    "fill_diagonal",
 ]
 
 
@@ -120,6 +125,122 @@ def copyto(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) ->
         cast(v, dst.dtype),
         lambda: np.copyto(dst._data, host(src), casting=casting, where=host(where)),  # type: ignore[arg-type]
     )
+
+
+class Flat(NamedTuple):
+    """A write's index into the C-order flattening of the written tensor (``a.flat[index]``,
+    as ``np.put`` and ``np.fill_diagonal`` address it), for the tracer."""
+
+    index: Any
+
+
+def put(a: Any, ind: Any, v: Any, mode: str = "raise") -> None:
+    """``np.put(a, ind, v, mode)``: ``a.flat[ind] = v``, ``v`` repeated as needed, indices
+    wrapped or clipped by ``mode``.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> t = kiln.zeros(5, dtype=kiln.int64)
+        >>> np.put(t, [0, -1], [7, 8])
+        >>> t.tolist()
+        [7, 0, 0, 0, 8]
+    """
+    if not isinstance(a, Tensor):
+        raise TypeError("np.put needs an ndarray to write into")  # NumPy's call does the rest
+    handler = current_handler()
+    if handler is None:
+        a._data.put(host(ind), host(v), mode=mode)  # type: ignore[union-attr]
+        return
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+    index = cast(as_tensor(ind), np.dtype(np.int64)).reshape(-1)
+    if mode != "raise" and not (type(a.size) is int and a.size == 0):  # maybe symbolic
+        size = call("Size", a)
+        one = Tensor._wrap(np.int64(1))
+        if mode == "wrap":
+            index = call("Mod", index, size)
+        else:  # NumPy's clip: too large is the last, negative is the first
+            index = call("Clip", index, Tensor._wrap(np.int64(0)), call("Sub", size, one))
+    values = _repeated(cast(as_tensor(v), a.dtype), index.shape[0])
+    handler.write(
+        a, Flat(index), values, lambda: a._data.put(host(ind), host(v), mode=mode)  # type: ignore[union-attr]
+    )
+
+
+def putmask(a: Any, mask: Any, values: Any) -> None:
+    """``np.putmask(a, mask, values)``: ``a.flat[n] = values.flat[n % values.size]`` where
+    ``mask.flat[n]`` holds (``mask`` has ``a``'s shape).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> t = kiln.zeros(4)
+        >>> np.putmask(t, kiln.tensor([True, False, True, True]), [1.0, 2.0])
+        >>> t.tolist()
+        [1.0, 0.0, 1.0, 2.0]
+    """
+    if not isinstance(a, Tensor):
+        raise TypeError("np.putmask needs an ndarray to write into")
+    handler = current_handler()
+    if handler is None:
+        np.putmask(a._data, host(mask), host(values))  # type: ignore[arg-type]
+        return
+    every = _repeated(cast(as_tensor(values), a.dtype), a.size)
+    if every.ndim:
+        every = every.reshape(a.shape)
+    chosen = call("Where", cast(as_tensor(mask), np.dtype(bool)), every, a)
+    handler.write(a, None, chosen, lambda: np.putmask(a._data, host(mask), host(values)))  # type: ignore[arg-type]
+
+
+def fill_diagonal(a: Any, val: Any, wrap: bool = False) -> None:
+    """``np.fill_diagonal(a, val, wrap)``: the main diagonal (``a[i, i, ...]``) set to ``val``,
+    repeated as needed; a tall 2-D matrix restarts it below every ``columns + 1`` rows when
+    ``wrap``.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> t = kiln.zeros((2, 3))
+        >>> np.fill_diagonal(t, 5.0)
+        >>> t.tolist()
+        [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0]]
+    """
+    if not isinstance(a, Tensor):
+        raise TypeError("np.fill_diagonal needs an ndarray to write into")
+    handler = current_handler()
+    if handler is None:
+        np.fill_diagonal(a._data, host(val), wrap=wrap)  # type: ignore[arg-type]
+        return
+    if a.ndim < 2:
+        raise UnsupportedOperationError("np.fill_diagonal of fewer than 2 dimensions")
+    dims = [int(d) for d in a.shape]  # a dynamic size is specialized (and guarded)
+    if len(dims) == 2:
+        step = dims[1] + 1
+        end = None if wrap else dims[1] * dims[1]
+    else:  # NumPy needs equal dimensions here (its own call raises otherwise)
+        step = 1 + int(np.cumprod(dims[:-1]).sum())
+        end = None
+    positions = np.arange(int(np.prod(dims)))[:end:step]
+    values = _repeated(cast(as_tensor(val), a.dtype), len(positions))
+    handler.write(
+        a,
+        Flat(Tensor._wrap(positions.astype(np.int64))),
+        values,
+        lambda: np.fill_diagonal(a._data, host(val), wrap=wrap),  # type: ignore[arg-type]
+    )
+
+
+def _repeated(v: Tensor, n: Any) -> Tensor:
+    """``v``'s elements in C order repeated to ``n`` of them (NumPy's rule for the values of
+    ``put``, ``putmask`` and flat assignment); a single value as it is (it broadcasts)."""
+    size = v.size
+    if size == 1:
+        return v.reshape(())
+    if size == n:
+        return v.reshape(-1)
+    size, n = int(size), int(n)  # dynamic sizes are specialized (and guarded)
+    if size == 0:  # no values: NumPy's own call decides, when the caller falls back
+        raise UnsupportedOperationError("np.put or np.putmask with no values")
+    picks = np.arange(n, dtype=np.int64) % size
+    return call("Gather", v.reshape(-1), Tensor._wrap(picks), axis=0)
 
 
 def ufunc_at(ufunc: np.ufunc, t: Tensor, index: Any, *values: Any) -> str | None:

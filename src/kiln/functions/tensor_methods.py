@@ -314,6 +314,9 @@ def _dot(self: Tensor, other: Any) -> Tensor:
 
 
 implements(np.copyto)(inplace.copyto)
+implements(np.put)(inplace.put)
+implements(np.putmask)(inplace.putmask)
+implements(np.fill_diagonal)(inplace.fill_diagonal)
 
 
 def _shift(ufunc: np.ufunc, reflected: bool) -> Callable[[Tensor, Any], Any]:
