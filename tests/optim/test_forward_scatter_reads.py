@@ -193,9 +193,10 @@ def test_scatter_elements_reads_forwarded():
     assert_close(run(out, xv, uv)[0], y[[1, -2]])
 
 
-@pytest.mark.parametrize("read, source", [((1, 3), "u"), ((3, 4), "x"), ((0, 2), None)])
+@pytest.mark.parametrize("read, source", [((1, 3), "u"), ((3, 4), None), ((0, 2), None)])
 def test_slice_update_reads_forwarded(read, source):
-    # y = x.copy(); y[1:3] = u; y[a:b]: rows 1..2 were written
+    # y = x.copy(); y[1:3] = u; y[a:b]: rows 1..2 were written. A read of rows the box did not
+    # write stays on y (a plan writes the box in x's buffer when nothing reads x afterwards).
     f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
     b = GraphBuilder()
     x = b.add_input("x", TensorType(f32, (4, 2)))

@@ -14,7 +14,11 @@ known::
 there (a ``Reshape`` of ``u`` instead when the read takes all of them in order). When ``x`` is
 itself a write over the same positions, a read none of whose positions ``i`` wrote goes on to
 it, in the same pass: to the updates of the write that wrote them all, to the version before
-the writes when none did, or to the first version that holds some of them. ``Gather`` needs
+the writes when none did, or to the first version that holds some of them. A read goes back
+past a ``ScatterND`` only, never past a ``kiln.SliceUpdate``: a plan writes a box in its data's
+own buffer when nothing reads that buffer later, which a read of an older version would
+prevent (``u[0, :] = u[1, :]; u[:, 0] = u[:, 1]; inner += ...`` then copied the whole array at
+every write). ``Gather`` needs
 one-deep writes (``i`` addresses axis 0, as the flat writes of
 :func:`kiln.functions.shape.index_update` do); ``GatherND`` needs ``j`` as deep as ``i``; a
 ``Slice`` must cut only the axes ``i`` addresses. A mixed read of the newest version is left
@@ -35,6 +39,7 @@ import numpy as np
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, Node
 from .scatter_writes import (
+    SLICE_UPDATE,
     ConstantWrites,
     box_positions,
     positions_of,
@@ -152,7 +157,10 @@ def _forward(
                 select = builder.add_constant(rows_read, hint="rows")
                 builder.add("Gather", [rows, select], {"axis": 0}, outputs=[out])
             return True
-        if (rows_read >= 0).any():  # partly written here: read this version, if not the first
+        if (rows_read >= 0).any() or source.writes.node.op == SLICE_UPDATE:
+            # partly written here, or a box none of whose cells are read (a plan writes boxes
+            # in the data's own buffer, which a read of an older version would keep alive):
+            # read this version, if not the first
             if source is start:
                 return False
             data = source.writes.node.outputs[0]
