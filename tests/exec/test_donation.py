@@ -33,6 +33,13 @@ def overlapping(a):  # the value is a view of the written input (NumPy buffers t
     a[1:] = a[:-1]
 
 
+def clean_signal(x):  # mask writes: Where steps, written in x's buffer
+    x[np.isnan(x)] = 0.0
+    x[x > 1.0] = x[::-1][x > 1.0]  # the values read x itself (reversed)
+    x[x < -1.0] = -1.0
+    return x.std()
+
+
 def read_before(x):  # every read of x's old contents comes first: donated
     y = x * 1.5
     x += 1
@@ -60,6 +67,11 @@ CASES: list[tuple[Callable[..., Any], Callable[[], tuple], bool]] = [
     (sgd_rows, lambda: (RNG.standard_normal((9, 3)), np.array([1, -2, 1]), np.ones((3, 3))), True),
     (stencil, lambda: (RNG.standard_normal(12),), True),
     (overlapping, lambda: (np.arange(8, dtype=np.int64),), True),
+    (
+        clean_signal,
+        lambda: (np.where(RNG.random(30) < 0.2, np.nan, RNG.standard_normal(30)),),
+        True,
+    ),
     (read_before, lambda: (RNG.standard_normal(6).astype(np.float32),), True),
     (read_after, lambda: (RNG.standard_normal(6).astype(np.float32),), False),
     (raises_after, lambda: (np.arange(4.0), np.arange(1, 4, dtype=np.int64)), False),

@@ -25,7 +25,7 @@ Every buffer a run writes into is allocated by that run, so concurrent runs of o
 nothing mutable, and a result handed to the caller is never written again. The one exception
 is asked for: :meth:`CpuPlan.donating` writes a run whose outputs that are the new contents of
 inputs (a compiled function's write-backs) are computed straight into those inputs' buffers,
-where that is safe (see :meth:`_PlanWriter.donations`), as the NumPy code wrote them in place.
+where that is safe (see :meth:`CpuPlan.donating`), as the NumPy code wrote them in place.
 
 Example:
     >>> import kiln, numpy as np
@@ -190,20 +190,23 @@ class CpuPlan(Plan):
     def donating(
         self, donate: Mapping[int, int]
     ) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
-        """A ``run_arrays`` that computes output ``k`` straight into the buffer of input
-        ``donate[k]`` where it can do so safely, and returns that input array itself as the
-        output; None when it can for none of them (then ``run_arrays`` is as good).
+        """A ``run_arrays`` that may use the buffer of input ``donate[k]`` as its own, for
+        output ``k``: the input's new contents (a compiled function's write-back), of its
+        dtype and shape. Steps then compute in place in the input (``out=``, in-place writes)
+        wherever they could in a buffer of their own; when output ``k`` ends up there, the run
+        returns the input array itself as it (the replay then has nothing to copy back). None
+        when no step would write into any of them (``run_arrays`` is as good).
 
-        The caller gives its own arrays up for writing: every read of the input (and of views
-        of it) comes before the write, no later step can raise, and the output is the input's
-        new contents, of its dtype and shape (a compiled function's write-back: the replay then
-        has nothing to copy). Only ``run_arrays`` itself is the plan's pure run.
+        The input is written only by a step after every read of it (or of a view of it), and
+        after which no step can raise: a run that fails leaves the caller's array as it was;
+        a run that succeeds leaves it for the caller's write-back to complete. Only
+        ``run_arrays`` itself is the plan's pure run.
         """
         writer = _PlanWriter(self.graph, donate)
-        if not writer.donated:
-            return None
         for index, node in enumerate(self.graph.nodes):
             writer.add_node(index, node)
+        if not writer.lent:
+            return None
         source, namespace = writer.finish()
         env: dict[str, Any] = {}
         exec(compile(source, f"<kiln plan {self.graph.name} donating>", "exec"), namespace, env)  # noqa: S102
@@ -276,45 +279,69 @@ class _PlanWriter:
         self.last_use, self.readers = _readers(graph)
         self.outputs = {id(v) for v in graph.output_values}
         self.producer = {id(v): node for node in graph.nodes for v in node.outputs}
-        # node index -> the input whose buffer it writes its output into (CpuPlan.donating),
-        # and the outputs handed out as those inputs
-        self.donated_outputs: set[int] = set()
-        self.donated: dict[int, Value] = self.donations(donate) if donate else {}
+        # The value (by id) whose buffer a value's array is, where a step wrote it in place
+        # (``out=``, an in-place write); by default its own.
+        self.buffer: dict[int, int] = {}
+        # CpuPlan.donating: each donated input (by id) -> the output of its new contents; the
+        # steps that wrote into one (``lent``); whether a step at or after each can raise.
+        self.donors: dict[int, int] = {}
+        self.lent: set[int] = set()
+        self.place: dict[int, Value] = {}  # a value (by id) -> the donated input it goes to
+        self.raises_from: list[bool] = []
+        if donate:
+            self._donate(donate)
 
-    def donations(self, donate: Mapping[int, int]) -> dict[int, Value]:
-        """The nodes that may write graph output ``k`` into the buffer of input ``donate[k]``
-        (by node index): the node makes the output, of the input's dtype and shape, with a
-        ufunc (``out=``) or an in-place write into the input itself; the output is handed out
-        once; every read of the input, and of any view of it, is by that node or before it
-        (and no view of it is an output); and no later node can raise, so a failing run
-        leaves the input as it was."""
-        graph, found = self.graph, {}
-        index_of = {id(node): i for i, node in enumerate(graph.nodes)}
+    def _donate(self, donate: Mapping[int, int]) -> None:
+        """Lend the run the buffers of the inputs ``donate`` names (see CpuPlan.donating): each
+        counts as a buffer the run allocated, so in-place steps may write into it."""
+        graph = self.graph
         outputs = graph.output_values
+        later = False
+        for node in reversed(graph.nodes):
+            later = later or can_raise(node)
+            self.raises_from.append(later)
+        self.raises_from.reverse()
         for k, position in donate.items():
             out, x = outputs[k], graph.input_values[position]
-            node = self.producer.get(id(out))
-            if node is None or sum(o is out for o in outputs) != 1:
-                continue
             if out.dtype != x.dtype or tuple(out.shape) != tuple(x.shape):
                 continue
-            if node.op == "Identity" and node.inputs[0] is not None:
-                # the new contents are also a result (``np.clip(..., out=out)`` returned):
-                # the step making them writes the input, the result is handed out as a copy
-                node = self.producer.get(id(node.inputs[0]))
-                if node is None:
-                    continue
-            index = index_of[id(node)]
-            writes_x = node.op in _WRITES and node.inputs[0] is x
-            if not writes_x and _choose(node).ufunc is None:
+            if id(x) in self.outputs or sum(o is out for o in outputs) != 1:
                 continue
-            if self._read_after(x, index) or index in found:
-                continue
-            if any(can_raise(later) for later in graph.nodes[index + 1 :]):
-                continue
-            found[index] = x
-            self.donated_outputs.add(id(out))
-        return found
+            self.donors[id(x)] = id(out)
+            self.fresh.add(id(x))
+            # The step making the new contents may put them straight there, also when it does
+            # not read the input (``np.multiply(a, b, out=x)``), and when they are returned
+            # too (an Identity of them is the write-back).
+            self.place[id(out)] = x
+            maker = self.producer.get(id(out))
+            if maker is not None and maker.op == "Identity" and maker.inputs[0] is not None:
+                self.place[id(maker.inputs[0])] = x
+
+    def _keeps(self, v: Value, out: Value) -> bool:
+        """Whether ``out`` may be computed in ``v``'s buffer as far as donation goes: unless
+        that buffer is a donated input's and ``out`` is a result other than the input's new
+        contents (handing it out would cost a copy)."""
+        buffer = self.buffer.get(id(v), id(v))
+        if buffer not in self.donors or id(out) not in self.outputs:
+            return True
+        return self.donors[buffer] == id(out) or self.place.get(id(out)) is not None
+
+    def _may_write(self, v: Value, index: int, atomic: bool) -> bool:
+        """Whether step ``index`` may write into ``v``'s buffer: always, unless the buffer is a
+        donated input's and the step (unless its write is ``atomic``: checked before it
+        writes) or a later one can raise."""
+        if self.buffer.get(id(v), id(v)) not in self.donors:
+            return True
+        after = index + 1 < len(self.raises_from) and self.raises_from[index + 1]
+        here = self.raises_from[index] and not after
+        return not after and (atomic or not here)
+
+    def _wrote(self, index: int, out: Value, into: Value) -> None:
+        """Step ``index``'s output ``out`` is in ``into``'s buffer."""
+        buffer = self.buffer.get(id(into), id(into))
+        self.buffer[id(out)] = buffer
+        if buffer in self.donors:
+            self.lent.add(index)
 
     def _read_after(self, x: Value, index: int) -> bool:
         """Whether ``x`` or a view of it is read after node ``index``, or is a graph output."""
@@ -350,8 +377,7 @@ class _PlanWriter:
                 self.known[id(v)] = data
                 self.names[id(v)] = self.bind(data, "c")
             return
-        donated = self.donated.get(index)
-        if node.op in _WRITES and (donated is not None or self._overwritable(node, index)):
+        if node.op in _WRITES and _in_place_fits(node) and self._overwritable(node, index):
             self._scatter_in_place(index, node)
             return
         call = _choose(node)
@@ -364,10 +390,11 @@ class _PlanWriter:
             self.names[id(v)] = f"v{self.locals}"
             self.locals += 1
         target = self._reuse_target(node, index, call)
-        if donated is not None:
-            target = self.names[id(donated)]
         if target is not None:
-            text = text[:-1] + f", out={target})"
+            text = text[:-1] + f", out={self.names[id(target)]})"
+            self._wrote(index, node.outputs[0], target)
+        elif node.op == "Identity" and node.inputs[0] is not None:
+            self._wrote(index, node.outputs[0], node.inputs[0])  # the kernel returns its input
         self._assign(node, out_names, text)
         if not call.returns_view:
             self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
@@ -404,20 +431,24 @@ class _PlanWriter:
             self.lines.append("del " + ", ".join(dead))
 
     def _overwritable(self, node: Node, index: int) -> bool:
-        """Whether ``node`` may write into its first input's buffer: a buffer this run
-        allocated (``fresh``), or a view of one (through view operators), that is no graph
-        output and that nothing reads after ``node``, itself or through a view. (A chain of
-        functionalized writes then updates one buffer, as the NumPy code it came from does,
-        even when each version is read, through a slice, before the next write.)"""
-        base = node.inputs[0]
+        """Whether ``node`` may write into its data's buffer (``_WRITES``: the first input,
+        Where's third): a buffer this run allocated (``fresh``), or a view of one (through
+        view operators), that is no graph output and that nothing reads after ``node``,
+        itself or through a view. (A chain of functionalized writes then updates one buffer,
+        as the NumPy code it came from does, even when each version is read, through a slice,
+        before the next write.)"""
+        base = node.inputs[_WRITES[node.op][0]]
         while base is not None and id(base) not in self.fresh:
             maker = self.producer.get(id(base))
             if maker is None or not maker.opdef.is_view or maker.op == "Expand":
                 return False  # an input, a constant, or maybe a read-only broadcast
             base = maker.inputs[0]
-        return (
-            base is not None and id(base) not in self.outputs and not self._read_after(base, index)
-        )
+        if base is None or id(base) in self.outputs or self._read_after(base, index):
+            return False
+        if not self._keeps(base, node.outputs[0]):
+            return False
+        atomic = node.attrs.get("reduction", "none") == "none"  # NumPy checks, then assigns
+        return self._may_write(base, index, atomic)
 
     def _scatter_in_place(self, index: int, node: Node) -> None:
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
@@ -427,30 +458,40 @@ class _PlanWriter:
         self.locals += 1
         self.names[id(node.outputs[0])] = name
         box = known_box(node.inputs[0], node.inputs[2:]) if node.op == "kiln.SliceUpdate" else None
+        position, into = _WRITES[node.op]
         if box is not None:  # a box known at plan time: NumPy's slice assignment, in place
             fn, bound = self.bind(assign_box, "k"), self.bind(box, "k")
             self.lines.append(f"{name} = {fn}({args[0]}, {args[1]}, {bound})")
         else:
-            fn = self.bind(_WRITES[node.op], "k")
+            fn = self.bind(into, "k")
             self.lines.append(f"{name} = {fn}({', '.join(args)})")
         self.fresh.add(id(node.outputs[0]))
         self.allocated.add(id(node.outputs[0]))
+        base = node.inputs[position]
+        while base is not None and id(base) not in self.fresh:  # through views, as above
+            base = self.producer[id(base)].inputs[0]
+        assert base is not None
+        self._wrote(index, node.outputs[0], base)
         self._release(index, node)
 
-    def _reuse_target(self, node: Node, index: int, call: KernelCall) -> str | None:
-        """The name of an input buffer ``node`` may overwrite with its result, or None.
+    def _reuse_target(self, node: Node, index: int, call: KernelCall) -> Value | None:
+        """The input whose buffer ``node`` may overwrite with its result, or None.
 
         Allowed when the node is an elementwise ufunc whose output has the buffer's dtype and
         shape, the buffer was allocated by this run (``fresh``: no view of an input or
-        constant), this node is its last reader, it is not a graph output, and every reader of
-        it is a step that returns no view (so no view of it survives elsewhere)."""
+        constant) or lent to it (a donated input, at any size), this node is its last reader,
+        it is not a graph output, and every reader of it is a step that returns no view (so
+        no view of it survives elsewhere)."""
         if call.ufunc is None or len(node.outputs) != 1:
             return None
         out = node.outputs[0]
-        if not _large(out) or not out.shape:
+        if not out.shape:
             return None
+        large = _large(out)
         for v in node.inputs:
             if v is None or id(v) not in self.fresh or id(v) in self.outputs:
+                continue
+            if not large and self.buffer.get(id(v), id(v)) not in self.donors:
                 continue
             if self.last_use.get(id(v)) != index or v.dtype != out.dtype:
                 continue
@@ -458,7 +499,12 @@ class _PlanWriter:
                 continue
             if any(_choose(self.graph.nodes[r]).returns_view for r in self.readers[id(v)]):
                 continue
-            return self.names[id(v)]
+            if not self._may_write(v, index, atomic=False) or not self._keeps(v, out):
+                continue
+            return v
+        x = self.place.get(id(out))
+        if x is not None and not self._read_after(x, index) and self._may_write(x, index, False):
+            return x  # the new contents of a donated input, put in place
         return None
 
     def _hand_out(self) -> list[str]:
@@ -470,15 +516,15 @@ class _PlanWriter:
             allocates=lambda v: id(v) in self.allocated,
             constant=lambda v: id(v) in self.known,
         )
-        in_inputs = {id(self.graph.nodes[i].outputs[0]) for i in self.donated}
         results = []
         for v, copy in zip(self.graph.output_values, copies):
             name = self.names[id(v)]
-            if id(v) in self.donated_outputs:  # the caller's own array, written as asked
-                results.append(name)
-                continue
-            if id(v) in in_inputs:  # computed in a caller's array, handed out as a result
-                results.append(f"{name}.copy()")
+            buffer = self.buffer.get(id(v), id(v))
+            if buffer in self.donors:
+                if self.donors[buffer] == id(v):  # the caller's own array, written as asked
+                    results.append(name)
+                else:  # a result computed in a caller's array: handed out as a copy
+                    results.append(f"{name}.copy()")
                 continue
             if copy.action == "copy":
                 results.append(f"{name}.copy()")
@@ -501,11 +547,30 @@ class _PlanWriter:
         return _run_source(self.input_names, self.lines, result, list(binds)), binds
 
 
-# Writes a plan may run in their data's own buffer (see _PlanWriter._overwritable).
-_WRITES: dict[str, Callable[..., np.ndarray]] = {
-    "ScatterND": scatter_nd_into,
-    "kiln.SliceUpdate": slice_update_into,
+def _where_into(cond: np.ndarray, values: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """``Where(cond, values, data)`` in ``data``'s own buffer (a copy first when it is
+    read-only): ``np.copyto(data, values, where=cond)``, the mask assignment NumPy code did."""
+    if not data.flags.writeable:
+        data = data.copy()
+    np.copyto(data, values, where=cond)
+    return data
+
+
+# Writes a plan may run in their data's own buffer (see _PlanWriter._overwritable): the
+# position of the data among the node's inputs, and the call writing into it.
+_WRITES: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
+    "ScatterND": (0, scatter_nd_into),
+    "kiln.SliceUpdate": (0, slice_update_into),
+    "Where": (2, _where_into),
 }
+
+
+def _in_place_fits(node: Node) -> bool:
+    """Whether ``node``'s result has its data's dtype and shape (always for the writes; for a
+    Where only when its third input is not broadcast)."""
+    data = node.inputs[_WRITES[node.op][0]]
+    out = node.outputs[0]
+    return data is not None and data.dtype == out.dtype and tuple(data.shape) == tuple(out.shape)
 
 
 def _readers(graph: ModelGraph) -> tuple[dict[int, int], dict[int, list[int]]]:

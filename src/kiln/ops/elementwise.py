@@ -1748,6 +1748,8 @@ register(
         infer=_where_infer,
         kernel=np.where,
         traits=frozenset({ELEMENTWISE, PURE}),
+        # np.where itself, which always returns a new array (a plan may write into it later)
+        fast_kernel=lambda inputs, outputs, attrs: KernelCall("{b0}({0}, {1}, {2})", (np.where,)),
         samples=_where_samples,
         engine_limits={
             "onnxruntime": EngineLimit(
