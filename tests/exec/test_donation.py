@@ -35,7 +35,7 @@ def overlapping(a):  # the value is a view of the written input (NumPy buffers t
 
 def clean_signal(x):  # mask writes: Where steps, written in x's buffer
     x[np.isnan(x)] = 0.0
-    x[x > 1.0] = x[::-1][x > 1.0]  # the values read x itself (reversed)
+    np.copyto(x, x[::-1] * 0.5, where=x > 1.0)  # values read x itself (reversed)
     x[x < -1.0] = -1.0
     return x.std()
 
