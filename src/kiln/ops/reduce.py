@@ -245,7 +245,7 @@ def _known_axes(ndim: int, axes: Typed | None, attrs: Mapping[str, Any]) -> tupl
     whose value its type carries; None when they are only known at run time."""
     if axes is None:
         return _kernel_axes(ndim, None, attrs["noop_with_empty_axes"])
-    known = getattr(axes, "value", None)
+    known = getattr(getattr(axes, "type", axes), "value", None)  # an IR value or its type
     if known is None or ndim == 0:
         return None
     values = np.asarray(known).reshape(-1)
