@@ -1183,3 +1183,15 @@ def make_flat(n: int, seed: int) -> tuple:
 
 def test_flat_writes_are_recorded():
     run_scenario(flat_writes, make_flat, (5, 7))
+
+
+def write_through_split(x):
+    left, right = np.split(x, 2, axis=1)  # views, as NumPy's pieces are
+    left *= 2
+    right[0] = -1.0
+    top, rest = np.array_split(x, [1])
+    return x.sum(axis=1), top.copy(), rest.copy()
+
+
+def test_writes_through_split_pieces_reach_the_array():
+    run_scenario(write_through_split, make_2d(4), (5, 6))

@@ -259,8 +259,27 @@ def test_results_are_recorded_through_dispatch(monkeypatch) -> None:
         return real(op, inputs, attrs)
 
     monkeypatch.setattr(F, "call", lambda op, *xs, **kw: spy(op, xs, kw)[0])
-    monkeypatch.setattr(F, "dispatch", spy)
     F.concatenate([kiln.asarray(I), kiln.asarray(I)], axis=1)
     F.flip(kiln.asarray(I))
     F.split(kiln.asarray(I), 2, axis=1)
-    assert {"Concat", "Slice", "Split"} <= set(seen)
+    assert {"Concat", "Slice"} <= set(seen)
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        lambda t: np.split(t, 2, axis=1),
+        lambda t: np.split(t, [1, 5], axis=-1),
+        lambda t: np.array_split(t, 3),
+        lambda t: np.array_split(t, 5, axis=1),
+    ],
+)
+def test_split_pieces_are_views_as_numpy_s(cut) -> None:
+    a = np.arange(12.0).reshape(3, 4)
+    t = kiln.asarray(a.copy())
+    for want, got in zip(cut(a), cut(t), strict=True):
+        assert_close(got, want)
+        assert np.shares_memory(np.asarray(got), np.asarray(t)) == np.shares_memory(want, a)
+        want += 1  # a write through a piece reaches the array it was cut from
+        got += 1
+    assert_close(t, a)

@@ -12,6 +12,7 @@ the functional form of ``c = a.copy(); c[index] = value``.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,10 +31,9 @@ from ..symbolic import (
     broadcast_shapes,
     decide,
     describe,
-    floordiv,
     format_shape,
 )
-from ..tensor import Tensor, call, dispatch
+from ..tensor import Tensor, call
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, is_scalar, same_dtype_operands, shape_tensor
 
@@ -437,7 +437,8 @@ def _split_points(t: Tensor, points: Sequence[Any], axis: int) -> list[Tensor]:
 @implements(np.split)
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     """``ary`` cut into equal sections (an int, which must divide the axis) or at the given
-    indices.
+    indices. The pieces are views of ``ary``, as NumPy's are (a write into one reaches
+    ``ary``); a dynamic size being cut into sections is specialized (and guarded).
 
     Example:
         >>> import kiln
@@ -451,16 +452,16 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     n = int(indices_or_sections)
     if n <= 0:
         raise ValueError("number sections must be larger than 0.")
-    d = t.shape[a]
-    if _static(d) and d % n:
+    d = int(t.shape[a])
+    if d % n:
         raise ValueError("array split does not result in an equal division")
-    return list(dispatch("Split", [t], {"axis": a, "num_outputs": n}))
+    return _split_points(t, [d // n * i for i in range(1, n)], a)
 
 
 @implements(np.array_split)
 def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     """Like :func:`split`, but an int number of sections need not divide the axis: the first
-    ``size % n`` pieces are one longer.
+    ``size % n`` pieces are one longer. The pieces are views of ``ary``, as NumPy's are.
 
     Example:
         >>> import kiln
@@ -474,14 +475,9 @@ def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tenso
     n = int(indices_or_sections)
     if n <= 0:
         raise ValueError("number sections must be larger than 0.")
-    d = t.shape[a]
-    if not _static(d):
-        # Piece i has (d + n - 1 - i) // n entries: the first d % n pieces are one longer.
-        pieces = [floordiv(d + (n - 1 - i), n) for i in range(n)]
-        return list(dispatch("Split", [t, shape_tensor(pieces)], {"axis": a}))
-    each, extra = divmod(int(d), n)
+    each, extra = divmod(int(t.shape[a]), n)  # a dynamic size is specialized (and guarded)
     sizes = [each + 1] * extra + [each] * (n - extra)
-    return list(dispatch("Split", [t, _i64(sizes)], {"axis": a}))
+    return _split_points(t, list(itertools.accumulate(sizes[:-1])), a)
 
 
 # -- pad, tile, broadcast_to, flip, triangles ---------------------------------------------
