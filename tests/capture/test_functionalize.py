@@ -1195,3 +1195,14 @@ def write_through_split(x):
 
 def test_writes_through_split_pieces_reach_the_array():
     run_scenario(write_through_split, make_2d(4), (5, 6))
+
+
+def flat_access(x):
+    x.flat[[0, 2]] = 7.0  # into the caller's array
+    y = x.T.copy()
+    y.T.flat[1:3] = x.flat[-2:] * 2  # through a transposed view of a created array
+    return y, x.flat[3]
+
+
+def test_flat_iterator_reads_and_writes():
+    run_scenario(flat_access, make_2d(3), (4, 6))

@@ -988,3 +988,23 @@ PROGRAM_IDS: dict[int, int] = {}
 )
 def test_flat_writes_match_numpy(program, dtype):
     check(program, data((3, 4, 5), dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda a: a.flat[7],
+        lambda a: a.flat[3:9].copy(),
+        lambda a: a.T.flat[np.array([0, -1, 2])],
+        lambda a: [v for v in a[0].flat],
+        lambda a: (len(a.flat), a.flat.copy()),
+        lambda a: a.flat.__setitem__([0, 5, 5], np.array([1, 2, 3]).astype(a.dtype)),
+        lambda a: a.T.flat.__setitem__(slice(2, 9), np.array([4, 5]).astype(a.dtype)),
+        lambda a: a[1].flat.__setitem__(a[1].ravel() > 0, 0),
+        lambda a: a.flat.__setitem__(100, 1),  # out of range: IndexError
+    ],
+    ids=lambda p: f"program{PROGRAM_IDS.setdefault(id(p), len(PROGRAM_IDS))}",
+)
+def test_flat_reads_and_writes_match_numpy(program, dtype):
+    check(program, data((3, 4, 5), dtype))

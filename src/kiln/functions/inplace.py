@@ -33,6 +33,7 @@ __all__ = [
     "host",
     "NoValues",
     "Flat",
+    "FlatIter",
     "put",
     "putmask",
     "fill_diagonal",
@@ -132,6 +133,57 @@ class Flat(NamedTuple):
     as ``np.put`` and ``np.fill_diagonal`` address it), for the tracer."""
 
     index: Any
+
+
+class FlatIter:
+    """``t.flat``: ``t`` indexed as if flattened in C order, as NumPy's ``flatiter``. Reading
+    gives a copy (a scalar for an int index, as NumPy's ``a.flat[i]``), writing goes into ``t``
+    (``t.flat[idx] = v``, values repeated as NumPy repeats them), and iterating yields the
+    elements in order.
+
+    Example:
+        >>> import kiln
+        >>> t = kiln.zeros((2, 2))
+        >>> t.flat[[0, 3]] = 5.0
+        >>> t.tolist(), t.flat[3].item()
+        ([[5.0, 0.0], [0.0, 5.0]], 5.0)
+    """
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Tensor) -> None:
+        self.base = base
+
+    def _flat(self) -> Tensor:
+        return self.base.reshape(-1)
+
+    def __len__(self) -> int:
+        return int(self.base.size)
+
+    def __iter__(self) -> Any:
+        return iter(self._flat())
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return self._flat()[index].copy()  # NumPy's flatiter reads copy
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        t = self.base
+        handler = current_handler()
+        if handler is None:
+            t._data.flat[host(index)] = host(value)  # type: ignore[union-attr]
+            return
+        count = self._flat()[index].size
+        values = _repeated(cast(as_tensor(value), t.dtype), count)
+        handler.write(
+            t, Flat(index), values, lambda: t._data.flat.__setitem__(host(index), host(value))  # type: ignore[union-attr]
+        )
+
+    def copy(self) -> Tensor:
+        """The elements as a new 1-D tensor (``ndarray.flat.copy()``)."""
+        return self._flat().copy()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.base).ravel().astype(dtype or self.base.dtype, copy=True)
 
 
 def put(a: Any, ind: Any, v: Any, mode: str = "raise") -> None:

@@ -368,9 +368,10 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "dot": _dot,
 }
 
-_PROPERTIES: dict[str, Callable[[Tensor], Tensor]] = {
+_PROPERTIES: dict[str, Callable[[Tensor], Any]] = {
     "T": _transpose_property,
     "mT": _matrix_transpose_property,
+    "flat": inplace.FlatIter,
 }
 
 
