@@ -321,6 +321,8 @@ class Tensor:
         def T(self) -> Tensor: ...  # noqa: N802 - NumPy's name
         @property
         def mT(self) -> Tensor: ...  # noqa: N802 - NumPy's name
+        @property
+        def flat(self) -> Any: ...  # kiln.functions.inplace.FlatIter
 
         def __array_ufunc__(
             self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any

@@ -31,6 +31,7 @@ from ..symbolic import (
     broadcast_shapes,
     decide,
     describe,
+    floordiv,
     format_shape,
 )
 from ..tensor import Tensor, call
@@ -430,8 +431,18 @@ def _slice_axis(t: Tensor, axis: int, start: int, stop: int) -> Tensor:
 
 
 def _split_points(t: Tensor, points: Sequence[Any], axis: int) -> list[Tensor]:
-    bounds = [0, *(operator.index(p) for p in points), INT64_MAX]
-    return [_slice_axis(t, axis, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    """``t`` cut along ``axis`` before each of ``points``: slices, so views of ``t`` (a point
+    may be a symbolic size, computed from the input shapes when the graph runs)."""
+    bounds = [0, *(p if isinstance(p, SymDim) else operator.index(p) for p in points)]
+    bounds.append(INT64_MAX)
+    pieces = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if isinstance(lo, SymDim) or isinstance(hi, SymDim):
+            starts, ends = shape_tensor([lo]), shape_tensor([hi])
+            pieces.append(call("Slice", t, starts, ends, _i64([axis])))
+        else:
+            pieces.append(_slice_axis(t, axis, lo, hi))
+    return pieces
 
 
 @implements(np.split)
@@ -452,7 +463,11 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     n = int(indices_or_sections)
     if n <= 0:
         raise ValueError("number sections must be larger than 0.")
-    d = int(t.shape[a])
+    d = t.shape[a]
+    if isinstance(d, SymDim):  # equal sections: the size must divide (a guard)
+        if d % n != 0:
+            raise ValueError("array split does not result in an equal division")
+        return _split_points(t, [floordiv(d, n) * i for i in range(1, n)], a)
     if d % n:
         raise ValueError("array split does not result in an equal division")
     return _split_points(t, [d // n * i for i in range(1, n)], a)
@@ -475,8 +490,13 @@ def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tenso
     n = int(indices_or_sections)
     if n <= 0:
         raise ValueError("number sections must be larger than 0.")
-    each, extra = divmod(int(t.shape[a]), n)  # a dynamic size is specialized (and guarded)
-    sizes = [each + 1] * extra + [each] * (n - extra)
+    d = t.shape[a]
+    if isinstance(d, SymDim):
+        # Piece i has (d + n - 1 - i) // n entries: the first d % n pieces are one longer.
+        sizes: list[Any] = [floordiv(d + (n - 1 - i), n) for i in range(n)]
+    else:
+        each, extra = divmod(d, n)
+        sizes = [each + 1] * extra + [each] * (n - extra)
     return _split_points(t, list(itertools.accumulate(sizes[:-1])), a)
 
 
