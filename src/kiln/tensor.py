@@ -18,7 +18,9 @@ the functions layer above this module, so that layer attaches them
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from threading import Lock, get_ident
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,9 +28,19 @@ import numpy as np
 from . import dtypes
 from .device import Device, PlaceLike, as_device, cpu, require_backend
 from .errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
-from .ops.dispatch import current_handler, eager_kernel, handler_now, run_kernel, run_quiet
+from .ops.dispatch import (
+    as_outputs,
+    current_handler,
+    eager_kernel,
+    handler_now,
+    quiet_state,
+    reset_fp_state,
+    run_kernel,
+    run_quiet,
+    set_fp_state,
+)
 from .ops.folding import FOLDING_LIMITS
-from .ops.registry import VIEW, OpDef, TensorType, get_op
+from .ops.registry import OpDef, TensorType, get_op
 from .symbolic import Dim, Shape, format_shape
 
 if TYPE_CHECKING:
@@ -71,7 +83,7 @@ def fresh_outputs(
     result may share its input's memory (a write through it reaches the input); any other
     result that shares memory with an input (a kernel returning its input unchanged, as
     ``Identity`` and a no-op ``Cast`` do) is copied, since NumPy gives a new array there."""
-    if VIEW in op.traits:
+    if op.is_view:
         return results
     for array in results:
         if array.base is not None or not array.flags.writeable:
@@ -161,7 +173,9 @@ class Tensor:
             meta = TensorType(data.dtype, data.shape, value)
             if value is None or not data.flags.writeable:
                 self._meta = meta  # contents that a write (here or through a view) can change
-        return meta  # are read anew each time
+        if _recording is not None and meta.value is not None:  # are read anew each time
+            _spoil()  # a front door reading contents: its lowering may depend on them
+        return meta
 
     @property
     def dtype(self) -> np.dtype:
@@ -200,6 +214,8 @@ class Tensor:
     # -- host conversion ------------------------------------------------------------------
 
     def _host(self, what: str) -> np.ndarray:
+        if _recording is not None:
+            _spoil()  # values read on the host: a front door's lowering may depend on them
         handler = current_handler()
         if handler is not None and (self._trace is not None or self._data is None):
             return handler.host_read(self, what)
@@ -552,7 +568,9 @@ def from_dlpack(x: Any) -> Tensor:
 # validation; later calls with the same key go straight to the kernel. A key records whether
 # ``infer`` gave the same answer without the inputs' contents; where it did not, the contents
 # of the small inputs join the key. A kernel that raises on a cached key sends the call down the
-# full path, which raises the error that names the operator.
+# full path, which raises the error that names the operator. The hot path builds one flat key
+# tuple for one or two inputs (no per-call lists), and each entry knows once whether its
+# results need the aliasing check of :func:`fresh_outputs`.
 
 EAGER_CACHE = True  # False: every eager call takes the full path (benchmarks compare the two)
 _EAGER_LIMIT = 4096  # entries; the cache is emptied when it fills (distinct keys are few)
@@ -560,74 +578,110 @@ _EAGER_LIMIT = 4096  # entries; the cache is emptied when it fills (distinct key
 
 class _Eager:
     """One cached eager key: the kernel to call on the inputs' arrays (attributes bound, see
-    :func:`~kiln.ops.dispatch.eager_kernel`), and whether the key alone decides the call
-    (``False``: the contents of small inputs are part of the key)."""
+    :func:`~kiln.ops.dispatch.eager_kernel`), which inputs' contents are part of the key
+    (``needs``: the small inputs whose contents ``infer`` reads, such as Reshape's target; the
+    entry under the key alone then only says so, and the entry under (key, their contents)
+    runs), and whether its results can skip :func:`fresh_outputs` (``fresh``: a view
+    operator's results alias as NumPy's views do, and a ufunc always returns new arrays)."""
 
-    __slots__ = ("kernel", "value_free", "op")
+    __slots__ = ("kernel", "needs", "op", "fresh", "quiet")
 
-    def __init__(self, kernel: Callable[..., Any], value_free: bool, op: OpDef) -> None:
+    def __init__(self, kernel: Callable[..., Any], needs: tuple[int, ...], op: OpDef) -> None:
         self.kernel = kernel
-        self.value_free = value_free
+        self.needs = needs
         self.op = op  # its traits decide whether a result may alias an input
+        self.fresh = op.is_view or isinstance(kernel, np.ufunc)
+        # A view operator only moves data (no arithmetic, so no floating-point warnings to
+        # silence): its kernel runs without switching NumPy's error state.
+        self.quiet = not op.is_view
 
 
 _eager: dict[Any, _Eager] = {}
 
 
-def _carries_value(data: np.ndarray) -> bool:
-    """Whether a tensor over ``data`` carries its contents in its type (see ``Tensor.type``)."""
-    kind = data.dtype.kind
-    if kind in "iu":
-        return data.ndim <= 1 and data.size <= _VALUE_LIMIT
-    return kind == "f" and data.ndim == 1 and data.size <= _FLOAT_VALUE_LIMIT
+def _contents_key(arrays: Sequence[np.ndarray | None], needs: tuple[int, ...]) -> tuple[Any, ...]:
+    return tuple(arrays[i].tobytes() for i in needs)  # type: ignore[union-attr]
 
 
-def _contents_key(arrays: Sequence[np.ndarray | None]) -> tuple[Any, ...]:
-    return tuple(a.tobytes() if a is not None and _carries_value(a) else None for a in arrays)
-
-
-def _eager_call(
+def _eager_arrays(
     op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None
-) -> tuple[Tensor, ...] | None:
-    """The call's outputs through the eager cache, or ``None`` to take the full path."""
+) -> Sequence[np.ndarray] | None:
+    """The call's result arrays through the eager cache (aliasing as NumPy's results do), or
+    ``None`` to take the full path."""
     if type(op) is not str:
         return None  # an OpDef object (unhashable; maybe not the registry's): the full path
+    arrays: Sequence[np.ndarray | None]
+    try:
+        # Keys of different arities have different lengths, so they never compare equal.
+        n = len(inputs)
+        if n == 2:
+            x = inputs[0]._data  # type: ignore[union-attr]
+            y = inputs[1]._data  # type: ignore[union-attr]
+            arrays = (x, y)
+            key: tuple[Any, ...] = (
+                op,
+                tuple(attrs.items()) if attrs else (),
+                x.dtype,  # type: ignore[union-attr]
+                x.shape,  # type: ignore[union-attr]
+                y.dtype,  # type: ignore[union-attr]
+                y.shape,  # type: ignore[union-attr]
+            )
+        elif n == 1:
+            x = inputs[0]._data  # type: ignore[union-attr]
+            arrays = (x,)
+            key = (op, tuple(attrs.items()) if attrs else (), x.dtype, x.shape)  # type: ignore[union-attr]
+        else:
+            raise AttributeError
+    except AttributeError:  # an omitted input, a recorded tensor, another arity
+        found = _general_key(op, inputs, attrs)
+        if found is None:
+            return None
+        key, arrays = found
+    try:
+        entry = _eager.get(key)
+    except TypeError:
+        return None  # an unhashable attribute value (a list): the full path
+    if entry is None or entry.needs:
+        if entry is not None:
+            entry = _eager.get((key, _contents_key(arrays, entry.needs)))
+        if entry is None:
+            results = _eager_first(op, inputs, attrs, arrays, key)
+            if _recording is not None:
+                _record(key, arrays, results)
+            return results
+    try:
+        if entry.quiet:
+            results = run_quiet(entry.kernel, arrays)
+        else:
+            results = as_outputs(entry.kernel(*arrays))
+    except Exception:
+        return None  # the full path validates the call and raises the operator's error
+    if not entry.fresh:
+        results = fresh_outputs(entry.op, arrays, results)  # type: ignore[assignment]
+    if _recording is not None:
+        _record(key, arrays, results)
+    return results
+
+
+def _general_key(
+    op: str, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None
+) -> tuple[tuple[Any, ...], list[np.ndarray | None]] | None:
+    """The key and arrays of a call with any number of inputs, some omitted (``None``); or
+    ``None`` for an input that is a recorded tensor outside its trace, or not a tensor."""
     arrays: list[np.ndarray | None] = []
-    key: list[Any] = [op, tuple(attrs.items()) if attrs else ()]
+    parts: list[Any] = []
     for t in inputs:
         if t is None:
             arrays.append(None)
-            key.append(None)
+            parts.append(None)
             continue
-        data = t._data
+        data = getattr(t, "_data", None)
         if data is None:
-            return None  # a recorded tensor outside its trace: the full path explains
+            return None  # the full path explains
         arrays.append(data)
-        key.append(data.dtype)
-        key.append(data.shape)
-    try:
-        base = tuple(key)
-        entry = _eager.get(base)
-    except TypeError:
-        return None  # an unhashable attribute value (a list): the full path
-    if entry is None:
-        return _eager_first(op, inputs, attrs, arrays, base)
-    if not entry.value_free:
-        entry = _eager.get((base, _contents_key(arrays)))
-        if entry is None:
-            return _eager_first(op, inputs, attrs, arrays, base)
-    try:
-        results = run_quiet(entry.kernel, arrays)
-    except Exception:
-        return None  # the full path validates the call and raises the operator's error
-    wrapped = []
-    for array in fresh_outputs(entry.op, arrays, results):
-        t = _new_tensor(Tensor)
-        t._data = array
-        t._meta = None
-        t._trace = None
-        wrapped.append(t)
-    return tuple(wrapped)
+        parts.append(data.dtype)
+        parts.append(data.shape)
+    return (op, tuple(attrs.items()) if attrs else (), tuple(parts)), arrays
 
 
 _new_tensor = object.__new__
@@ -647,38 +701,88 @@ def _eager_first(
     op: str | OpDef,
     inputs: Sequence[Tensor | None],
     attrs: Mapping[str, Any] | None,
-    arrays: list[np.ndarray | None],
+    arrays: Sequence[np.ndarray | None],
     base: tuple[Any, ...],
-) -> tuple[Tensor, ...]:
+) -> Sequence[np.ndarray]:
     """A call whose key is not cached yet: validated and run as the full path does, and its
     key cached with the kernel later calls use."""
     opdef = op if isinstance(op, OpDef) else get_op(op)
     bound = opdef.bind_attrs(attrs)
     opdef.check_arity(len(inputs))
-    types = [None if t is None else t.type for t in inputs]
+    types = [None if t is None else _type_of(t) for t in inputs]
     outs = opdef.infer(types, bound)  # validates the call; raises errors naming the operator
     results = fresh_outputs(opdef, arrays, run_kernel(opdef, arrays, bound))
-    outputs = tuple(Tensor._wrap(a) for a in results)
-    bare = [None if t is None else TensorType(t.dtype, t.shape) for t in types]
-    try:
-        plain = opdef.infer(bare, bound)
-        value_free = [(o.dtype, o.shape) for o in plain] == [(o.dtype, o.shape) for o in outs]
-    except Exception:
-        value_free = False  # ``infer`` needs the contents (a reduction's axes)
     if attrs and not all(_keyable(v) for v in attrs.values()):
-        return outputs  # not cached: every such call takes the full path
+        return results  # not cached: every such call takes the full path
+    needs = _needed_contents(opdef, types, outs, bound)
+    previous = _eager.get(base)
+    if previous is not None and previous.needs:  # once contents mattered, they stay in the key
+        needs = tuple(sorted(set(needs) | set(previous.needs)))
+    # The kernel is chosen from the types with only the needed contents, so the contents left
+    # out of the key cannot have chosen it.
+    chosen = [
+        t if t is None or i in needs else TensorType(t.dtype, t.shape) for i, t in enumerate(types)
+    ]
     try:
-        kernel = eager_kernel(opdef, types, outs, bound)
+        kernel = eager_kernel(opdef, chosen, outs, bound)
     except Exception:
-        return outputs
+        return results
     if len(_eager) >= _EAGER_LIMIT:
         _eager.clear()
-    if value_free and base not in _eager:
-        _eager[base] = _Eager(kernel, True, opdef)
-    else:  # once a key's contents mattered, they stay part of it
-        _eager[base] = _Eager(kernel, False, opdef)
-        _eager[(base, _contents_key(arrays))] = _Eager(kernel, True, opdef)
-    return outputs
+    _eager[base] = _Eager(kernel, needs, opdef)
+    if needs:
+        _eager[(base, _contents_key(arrays, needs))] = _Eager(kernel, (), opdef)
+    return results
+
+
+def _needed_contents(
+    opdef: OpDef, types: Sequence[TensorType | None], outs: Sequence[TensorType], attrs: Any
+) -> tuple[int, ...]:
+    """The inputs whose contents (carried by small tensors' types) ``infer`` needs to give
+    ``outs``' dtypes and shapes: each one whose contents, left out alone, change or fail the
+    answer (all of them when leaving the others out together still changes it)."""
+    carrying = [i for i, t in enumerate(types) if t is not None and t.value is not None]
+    if not carrying:
+        return ()
+    want = [(o.dtype, o.shape) for o in outs]
+
+    def same_without(left_out: set[int]) -> bool:
+        stripped = [
+            TensorType(t.dtype, t.shape) if t is not None and i in left_out else t
+            for i, t in enumerate(types)
+        ]
+        try:
+            return [(o.dtype, o.shape) for o in opdef.infer(stripped, attrs)] == want
+        except Exception:
+            return False
+
+    if same_without(set(carrying)):
+        return ()
+    needs = tuple(i for i in carrying if not same_without({i}))
+    if not same_without(set(carrying) - set(needs)):
+        return tuple(carrying)
+    return needs
+
+
+def _full(
+    op: str | OpDef, inputs: Sequence[Tensor | None], attrs: Mapping[str, Any] | None
+) -> tuple[Tensor, ...]:
+    """The call without the eager cache: to the capture handler when one is installed, else
+    validated with the operator's ``infer`` and run with its kernel."""
+    opdef = op if isinstance(op, OpDef) else get_op(op)
+    bound = opdef.bind_attrs(attrs)
+    opdef.check_arity(len(inputs))
+    handler = handler_now()
+    if handler is not None:
+        return handler.apply(opdef, inputs, bound)
+    if _recording is not None:
+        _spoil()  # an op call the eager cache did not serve: no plan can replay it
+    types = [None if t is None else t.type for t in inputs]
+    opdef.infer(types, bound)  # validates the call; raises errors that name the operator
+    arrays = [None if t is None else t._data for t in inputs]
+    return tuple(
+        Tensor._wrap(a) for a in fresh_outputs(opdef, arrays, run_kernel(opdef, arrays, bound))
+    )
 
 
 def dispatch(
@@ -700,22 +804,11 @@ def dispatch(
         >>> y.tolist()
         [0.0, 2.0]
     """
-    handler = handler_now()
-    if handler is None and EAGER_CACHE:
-        outputs = _eager_call(op, inputs, attrs)
-        if outputs is not None:
-            return outputs
-    opdef = op if isinstance(op, OpDef) else get_op(op)
-    bound = opdef.bind_attrs(attrs)
-    opdef.check_arity(len(inputs))
-    if handler is not None:
-        return handler.apply(opdef, inputs, bound)
-    types = [None if t is None else t.type for t in inputs]
-    opdef.infer(types, bound)  # validates the call; raises errors that name the operator
-    arrays = [None if t is None else t._data for t in inputs]
-    return tuple(
-        Tensor._wrap(a) for a in fresh_outputs(opdef, arrays, run_kernel(opdef, arrays, bound))
-    )
+    if EAGER_CACHE and handler_now() is None:
+        arrays = _eager_arrays(op, inputs, attrs)
+        if arrays is not None:
+            return tuple(Tensor._wrap(a) for a in arrays)
+    return _full(op, inputs, attrs)
 
 
 def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
@@ -726,12 +819,420 @@ def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
         >>> call("Relu", kiln.tensor([-1.0, 2.0])).tolist()
         [0.0, 2.0]
     """
+    outputs: Sequence[Any] | None = None
     if EAGER_CACHE and handler_now() is None:
-        eager = _eager_call(op, inputs, attrs)
-        if eager is not None and len(eager) == 1:
-            return eager[0]
-    outputs = dispatch(op, inputs, attrs)
+        outputs = _eager_arrays(op, inputs, attrs)
+        if outputs is not None and len(outputs) == 1:
+            t = _new_tensor(Tensor)  # Tensor._wrap, inlined: the hot path of every eager op
+            t._data = outputs[0]
+            t._meta = None
+            t._trace = None
+            return t
+    if outputs is None:
+        outputs = _full(op, inputs, attrs)
     if len(outputs) != 1:
         name = op if isinstance(op, str) else op.name
         raise OpArgumentError(f"{name} has {len(outputs)} outputs; use dispatch() to get them all")
-    return outputs[0]
+    return outputs[0]  # type: ignore[no-any-return]
+
+
+# -- eager plans: a front door's op calls, replayed ----------------------------------------
+#
+# A front door (``t + u``, ``t.sum(axis=0)``, ``t[1:3]``, ``kiln.where``) lowers its arguments
+# onto operator calls: it resolves dtypes, builds constant inputs (a slice's bounds, a
+# reduction's axes, a scalar operand), casts, and calls operators. Outside a capture those
+# decisions depend only on its arguments' dtypes, shapes and Python values, so
+# :func:`eager_plan` records them once per such signature: the first call runs the front door
+# while the eager door notes each operator call it serves (its cached kernel, and which arrays
+# went in: an argument's, an earlier call's result, or a constant the front door made), and
+# later calls with the same signature replay those kernels on the new arguments' arrays. A
+# front door that reads a tensor's contents (a host read, or the contents a small integer
+# tensor's type carries), calls an operator the eager cache does not serve, or returns anything
+# but the last call's result is not planned; nor is a call inside another recording.
+
+
+class _NoPlan(Exception):
+    """An argument a plan cannot key on (an array, an object, a float zero or NaN)."""
+
+
+class _Recording:
+    """The operator calls one front door made, as the eager door served them."""
+
+    __slots__ = ("thread", "steps", "ok")
+
+    def __init__(self) -> None:
+        self.thread = get_ident()
+        # (the entry that served the call, its input arrays, its results, the inputs whose
+        # contents chose the entry)
+        self.steps: list[
+            tuple[_Eager, Sequence[np.ndarray | None], Sequence[np.ndarray], tuple[int, ...]]
+        ] = []
+        self.ok = True
+
+
+_recording: _Recording | None = None
+_recording_lock = Lock()  # one recording at a time (the door's hooks read one global)
+_PLAN_LIMIT = 1024  # plans per front door; its table is emptied when it fills
+
+
+def _record(
+    key: tuple[Any, ...], arrays: Sequence[np.ndarray | None], results: Sequence[np.ndarray]
+) -> None:
+    rec = _recording
+    if rec is None or rec.thread != get_ident():
+        return  # another thread's call: not part of the front door being recorded
+    entry = _eager.get(key)
+    needs: tuple[int, ...] = ()
+    if entry is not None and entry.needs:
+        needs = entry.needs
+        entry = _eager.get((key, _contents_key(arrays, needs)))
+    if entry is None:
+        rec.ok = False  # not cached (an attribute that cannot be a key): not replayable
+    else:
+        rec.steps.append((entry, arrays, results, needs))
+
+
+def _spoil() -> None:
+    rec = _recording
+    if rec is not None and rec.thread == get_ident():
+        rec.ok = False
+
+
+def _type_of(t: Tensor) -> TensorType:
+    """``t.type`` for the eager door's own validation (not a read by the front door being
+    recorded, so it does not spoil the recording)."""
+    global _recording
+    rec = _recording
+    if rec is None:
+        return t.type
+    _recording = None  # the lock is held, so no other thread starts a recording meanwhile
+    try:
+        return t.type
+    finally:
+        _recording = rec
+
+
+def _static_key(value: Any) -> Any:
+    """``value`` as part of a plan's key: Python values that decide a lowering by what they
+    are (its type is part of the key: ``1``, ``1.0`` and ``True`` differ)."""
+    kind = type(value)
+    if kind is int or kind is bool or kind is str or value is None or value is Ellipsis:
+        return (kind, value)
+    if kind is float:
+        if value != 0.0 and value == value:  # -0.0 == 0.0 and NaN != NaN: not told apart
+            return (kind, value)
+        raise _NoPlan
+    if kind is slice:
+        start, stop, step = value.start, value.stop, value.step
+        if type(start) is int and type(stop) is int and step is None:  # t[1:3]
+            return (kind, start, stop)
+        return (kind, _static_key(start), _static_key(stop), _static_key(step))
+    if kind is tuple or kind is list:
+        return (kind, tuple(_static_key(v) for v in value))
+    if isinstance(value, np.dtype) or isinstance(value, type):
+        return (type, value)
+    raise _NoPlan
+
+
+def _signature(
+    args: tuple[Any, ...], kwargs: dict[str, Any], tensor_args: int
+) -> tuple[tuple[Any, ...], list[np.ndarray]]:
+    """A call's plan key and the arrays of its tensor arguments (the first ``tensor_args``
+    positional arguments may be tensors; every other argument is a Python value).
+
+    The key starts with the call's pattern (``"t"`` a tensor, ``"r"`` a tensor whose array came
+    before, ``"s"`` a Python value, ``"k"`` a keyword), so two keys are only ever compared item
+    by item where their items are of one kind (never a dtype with a Python value).
+    """
+    if not kwargs and 0 < len(args) <= 2:  # the common case, without the general loop
+        x = args[0]
+        if type(x) is Tensor and tensor_args:
+            xd = x._data
+            if xd is None or x._trace is not None:
+                raise _NoPlan  # a tensor a tracer recorded: its shape may be symbolic
+            if len(args) == 1:
+                return ("t", xd.dtype, xd.shape), [xd]
+            y = args[1]
+            if type(y) is Tensor and tensor_args > 1:
+                yd = y._data
+                if yd is None or y._trace is not None:
+                    raise _NoPlan
+                if yd is xd:
+                    return ("tr", xd.dtype, xd.shape, 0), [xd, yd]
+                return ("tt", xd.dtype, xd.shape, yd.dtype, yd.shape), [xd, yd]
+            return ("ts", xd.dtype, xd.shape, _static_key(y)), [xd]
+    pattern: list[str] = []
+    key: list[Any] = []
+    arrays: list[np.ndarray] = []
+    for i, value in enumerate(args):
+        if i < tensor_args and type(value) is Tensor:
+            data = value._data
+            if data is None or value._trace is not None:
+                raise _NoPlan
+            for j, seen in enumerate(arrays):
+                if seen is data:  # the same array twice (x * x): its own key
+                    pattern.append("r")
+                    key.append(j)
+                    break
+            else:
+                pattern.append("t")
+                key.append(data.dtype)
+                key.append(data.shape)
+            arrays.append(data)
+        else:
+            pattern.append("s")
+            key.append(_static_key(value))
+    for name, value in kwargs.items():
+        pattern.append("k")
+        key.append(name)
+        key.append(_static_key(value))
+    return ("".join(pattern), *key), arrays
+
+
+class _Step:
+    """One operator call of a plan: the kernel the eager door served it with, and where each
+    input comes from (an index into the plan's environment; ``None``: an omitted input)."""
+
+    __slots__ = ("entry", "sources", "outputs")
+
+    def __init__(self, entry: _Eager, sources: tuple[int | None, ...], outputs: int) -> None:
+        self.entry = entry
+        self.sources = sources
+        self.outputs = outputs
+
+
+_PlanRun = Callable[[list[np.ndarray]], "Tensor | None"]
+
+
+def _compile_plan(
+    steps: list[_Step], n_args: int, constants: list[np.ndarray], output: int
+) -> _PlanRun:
+    """A plan as one straight-line function of the arguments' arrays (``a``): the environment
+    holds the arguments, then the constants (``c0``...), then each call's results; it returns
+    the result tensor, or ``None`` when a kernel raised (the front door then runs, and raises
+    its own error). For ``t + u``: ``o0 = k0(a[0], a[1])`` inside one quiet error state."""
+    names: list[str] = [f"a[{i}]" for i in range(n_args)]
+    names += [f"c{k}" for k in range(len(constants))]
+    scope: dict[str, Any] = {f"c{k}": c for k, c in enumerate(constants)}
+    scope.update(
+        _set=set_fp_state,
+        _reset=reset_fp_state,
+        _quiet=quiet_state,
+        _nd=np.ndarray,
+        _scalar=np.generic,
+        _asarray=np.asarray,
+        _outputs=as_outputs,
+        _fresh=fresh_outputs,
+        _new=_new_tensor,
+        _T=Tensor,
+    )
+    body: list[str] = []
+    for j, step in enumerate(steps):
+        args = ", ".join("None" if i is None else names[i] for i in step.sources)
+        ins = f"({args},)" if args else "()"
+        scope[f"k{j}"] = step.entry.kernel
+        if not step.entry.fresh:
+            scope[f"op{j}"] = step.entry.op
+        if step.outputs == 1:  # one array, held as r<j>
+            body.append(f"r{j} = k{j}({args})")
+            if step.entry.fresh:
+                body.append(f"if type(r{j}) is not _nd:")
+                body.append(f"    r{j} = _outputs(r{j})[0]")
+            else:  # a NumPy scalar (a full reduction's) becomes a new array: nothing to check
+                body.append(f"if type(r{j}) is _nd or not isinstance(r{j}, _scalar):")
+                body.append(f"    r{j} = _fresh(op{j}, {ins}, _outputs(r{j}))[0]")
+                body.append("else:")
+                body.append(f"    r{j} = _asarray(r{j})")
+            names.append(f"r{j}")
+            continue
+        body.append(f"o{j} = k{j}({args})")
+        body.append(f"o{j} = (o{j},) if type(o{j}) is _nd else _outputs(o{j})")
+        if not step.entry.fresh:
+            body.append(f"o{j} = _fresh(op{j}, {ins}, o{j})")
+        names += [f"o{j}[{k}]" for k in range(step.outputs)]
+    if any(step.entry.quiet for step in steps):
+        guarded = ["    token = _set(_quiet())", "    try:", *[f"        {line}" for line in body]]
+        guarded += ["    except Exception:", "        return None", "    finally:"]
+        guarded += ["        _reset(token)"]
+    else:  # views only: no arithmetic, no error state to switch
+        guarded = ["    try:", *[f"        {line}" for line in body]]
+        guarded += ["    except Exception:", "        return None"]
+    source = "\n".join(
+        [
+            "def run(a):",
+            *guarded,
+            "    t = _new(_T)",
+            f"    t._data = {names[output]}",
+            "    t._meta = None",
+            "    t._trace = None",
+            "    return t",
+        ]
+    )
+    exec(source, scope)  # noqa: S102 - kiln's own code, over the plan's own objects
+    return scope["run"]  # type: ignore[no-any-return]
+
+
+def _build_plan(rec: _Recording, arrays: list[np.ndarray], result: Any) -> _PlanRun | None:
+    """The plan replaying ``rec``, or ``None`` where replaying could differ from the front
+    door (see the section comment)."""
+    if not rec.ok or not rec.steps or type(result) is not Tensor:
+        return None
+    n_args = len(arrays)
+    index: dict[int, int] = {}  # id(array) -> its place in the plan's environment
+    for i in reversed(range(n_args)):
+        index[id(arrays[i])] = i
+    constants: list[np.ndarray] = []  # every other input no earlier call made
+    made: set[int] = set()
+    for _, ins, outs, _ in rec.steps:
+        for a in ins:
+            if a is not None and id(a) not in index and id(a) not in made:
+                index[id(a)] = n_args + len(constants)
+                constants.append(a)
+        made.update(id(a) for a in outs)
+    # A "constant" over an argument's or a call's memory was made from it outside the
+    # operators (by the front door itself): its contents change with the call.
+    roots = [memory_root(a) for a in arrays]
+    roots += [memory_root(a) for _, _, outs, _ in rec.steps for a in outs]
+    for a in constants:
+        if any(memory_root(a) is root for root in roots):
+            return None
+    steps: list[_Step] = []
+    next_index = n_args + len(constants)
+    for entry, ins, outs, needs in rec.steps:
+        sources: list[int | None] = []
+        for k, a in enumerate(ins):
+            if a is None:
+                sources.append(None)
+                continue
+            i = index[id(a)]
+            constant = n_args <= i < n_args + len(constants)
+            if constant and k == 0 and entry.op.is_view:
+                return None  # a view of a constant would be handed out (and written into)
+            if k in needs and not constant:
+                return None  # the kernel was chosen for these contents
+            sources.append(i)
+        steps.append(_Step(entry, tuple(sources), len(outs)))
+        for a in outs:
+            index[id(a)] = next_index
+            next_index += 1
+    last = rec.steps[-1][2]
+    if not last or result._data is not last[0]:
+        return None  # not the last call's result: the front door did more than call
+    return _compile_plan(steps, n_args, constants, next_index - len(last))
+
+
+def eager_plan(
+    tensor_args: int, *, binary: bool = False
+) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """Decorate a front door whose lowering depends only on its arguments' dtypes, shapes and
+    Python values (never on a tensor's contents), so that outside a capture its operator calls
+    are recorded once per signature and replayed (see the section comment). The first
+    ``tensor_args`` positional arguments may be tensors; the others are Python values.
+    ``binary``: the front door takes exactly two positional arguments (``Tensor.__add__``),
+    so the wrapper does too (no ``*args`` tuple and ``**kwargs`` dict per call).
+
+    Example:
+        >>> import kiln
+        >>> @eager_plan(1)
+        ... def twice(x):
+        ...     return call("Add", x, x)
+        >>> twice(kiln.tensor([1.0])).tolist(), twice(kiln.tensor([2.0])).tolist()
+        ([2.0], [4.0])
+    """
+
+    def decorate(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        plans: dict[tuple[Any, ...], _PlanRun | None] = {}
+
+        # The two wrappers below are one logic: key the call (inline for one or two tensors,
+        # as _signature would), then replay its plan, record one, or run the front door.
+
+        def front_door_2(x: Any, y: Any) -> Tensor:
+            if EAGER_CACHE and _recording is None and handler_now() is None:
+                key: tuple[Any, ...]
+                arrays: list[Any]
+                try:
+                    if (
+                        type(x) is Tensor
+                        and type(y) is Tensor
+                        and x._trace is None
+                        and y._trace is None
+                        and tensor_args > 1
+                    ):
+                        xd: Any = x._data
+                        yd: Any = y._data
+                        arrays = [xd, yd]
+                        if xd is yd:
+                            key = ("tr", xd.dtype, xd.shape, 0)
+                        else:
+                            key = ("tt", xd.dtype, xd.shape, yd.dtype, yd.shape)
+                    else:
+                        key, arrays = _signature((x, y), {}, tensor_args)
+                    plan = plans.get(key, False)
+                except (_NoPlan, TypeError, AttributeError):  # AttributeError: no data
+                    return fn(x, y)
+                if plan is False:
+                    return _record_plan(fn, plans, key, arrays, (x, y), {})
+                if plan is not None:
+                    result = plan(arrays)  # type: ignore[operator]
+                    if result is not None:
+                        return result
+            return fn(x, y)
+
+        def front_door(*args: Any, **kwargs: Any) -> Tensor:
+            if EAGER_CACHE and _recording is None and handler_now() is None:
+                key: tuple[Any, ...]
+                arrays: list[Any]
+                try:
+                    if len(args) == 1 and not kwargs and type(args[0]) is Tensor:
+                        xd = args[0]._data  # t.sum(), -t, kiln.exp(t): as _signature keys it
+                        if args[0]._trace is not None or not tensor_args:
+                            raise _NoPlan
+                        arrays = [xd]
+                        key = ("t", xd.dtype, xd.shape)
+                    elif len(args) == 2 and not kwargs:
+                        return front_door_2(*args)
+                    else:
+                        key, arrays = _signature(args, kwargs, tensor_args)
+                    plan = plans.get(key, False)
+                except (_NoPlan, TypeError, AttributeError):  # AttributeError: no data
+                    return fn(*args, **kwargs)
+                if plan is False:
+                    return _record_plan(fn, plans, key, arrays, args, kwargs)
+                if plan is not None:
+                    result = plan(arrays)  # type: ignore[operator]
+                    if result is not None:
+                        return result
+            return fn(*args, **kwargs)
+
+        return functools.wraps(fn)(front_door_2 if binary else front_door)
+
+    return decorate
+
+
+def _record_plan(
+    fn: Callable[..., Tensor],
+    plans: dict[tuple[Any, ...], _PlanRun | None],
+    key: tuple[Any, ...],
+    arrays: list[np.ndarray],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Tensor:
+    """Run ``fn`` while recording its operator calls, and keep the plan they make."""
+    global _recording
+    if not _recording_lock.acquire(blocking=False):
+        return fn(*args, **kwargs)  # another thread is recording: just run it
+    rec = _Recording()
+    try:
+        _recording = rec
+        result = fn(*args, **kwargs)
+    finally:
+        _recording = None
+        _recording_lock.release()
+    try:
+        plan = None if any(result is a for a in args) else _build_plan(rec, arrays, result)
+    except Exception:  # a recording the plan builder does not foresee: run the front door
+        plan = None
+    if len(plans) >= _PLAN_LIMIT:
+        plans.clear()
+    plans[key] = plan  # None: this signature is never planned (it runs the front door)
+    return result

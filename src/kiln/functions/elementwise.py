@@ -137,6 +137,7 @@ def _scalar(value: float, like: Tensor) -> Tensor:
 
 
 @implements(np.add)
+@eager_plan(2)
 def add(x: Any, y: Any) -> Tensor:
     """``x + y`` elementwise, with NumPy broadcasting and promotion (bool: logical or).
 
@@ -150,6 +151,7 @@ def add(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.subtract)
+@eager_plan(2)
 def subtract(x: Any, y: Any) -> Tensor:
     """``x - y`` elementwise; bools raise ``TypeError`` as in NumPy.
 
@@ -163,6 +165,7 @@ def subtract(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.multiply)
+@eager_plan(2)
 def multiply(x: Any, y: Any) -> Tensor:
     """``x * y`` elementwise (bool: logical and).
 
@@ -176,6 +179,7 @@ def multiply(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.divide)
+@eager_plan(2)
 def divide(x: Any, y: Any) -> Tensor:
     """True division ``x / y``: integers divide in float64, as NumPy.
 
@@ -717,6 +721,7 @@ def _out_of_range_comparison(op: str, x: Any, y: Any) -> Tensor | None:
 
 
 @implements(np.equal)
+@eager_plan(2)
 def equal(x: Any, y: Any) -> Tensor:
     """``x == y`` elementwise (NaN equals nothing).
 
@@ -729,6 +734,7 @@ def equal(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.not_equal)
+@eager_plan(2)
 def not_equal(x: Any, y: Any) -> Tensor:
     """``x != y`` elementwise (NaN differs from everything).
 
@@ -741,6 +747,7 @@ def not_equal(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.less)
+@eager_plan(2)
 def less(x: Any, y: Any) -> Tensor:
     """``x < y`` elementwise.
 
@@ -753,6 +760,7 @@ def less(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.less_equal)
+@eager_plan(2)
 def less_equal(x: Any, y: Any) -> Tensor:
     """``x <= y`` elementwise.
 
@@ -765,6 +773,7 @@ def less_equal(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.greater)
+@eager_plan(2)
 def greater(x: Any, y: Any) -> Tensor:
     """``x > y`` elementwise.
 
@@ -777,6 +786,7 @@ def greater(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.greater_equal)
+@eager_plan(2)
 def greater_equal(x: Any, y: Any) -> Tensor:
     """``x >= y`` elementwise.
 
@@ -907,6 +917,7 @@ bitwise_invert = invert
 
 
 @implements(np.maximum)
+@eager_plan(2)
 def maximum(x: Any, y: Any) -> Tensor:
     """The elementwise maximum; NaN wins, as in NumPy.
 
@@ -921,6 +932,7 @@ def maximum(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.minimum)
+@eager_plan(2)
 def minimum(x: Any, y: Any) -> Tensor:
     """The elementwise minimum; NaN wins, as in NumPy.
 

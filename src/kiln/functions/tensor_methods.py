@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import dtypes
-from ..tensor import Tensor, call
+from ..tensor import Tensor, call, eager_plan
 from . import elementwise, inplace, linalg, reduce, shape
 from .numpy_protocol import array_function, array_ufunc, implements
 from .operands import as_tensor
@@ -97,10 +97,11 @@ def _forward(name: str, fn: Callable[[Any, Any], Tensor]) -> Callable[..., Tenso
     ufunc = _UFUNCS[name]
 
     def method(self: Tensor, other: Any) -> Tensor:
-        if _complex(other):
+        if type(other) is not Tensor and _complex(other):
             return ufunc(self, other)  # type: ignore[no-any-return]
         return fn(self, other)
 
+    method = eager_plan(2, binary=True)(method)
     method.__name__ = f"__{name}__"
     method.__qualname__ = f"Tensor.__{name}__"
     method.__doc__ = fn.__doc__
@@ -112,10 +113,11 @@ def _reflected(name: str, fn: Callable[[Any, Any], Tensor], symbol: str) -> Call
     ufunc = _UFUNCS[name]
 
     def method(self: Tensor, other: Any) -> Tensor:
-        if _complex(other):
+        if type(other) is not Tensor and _complex(other):
             return ufunc(other, self)  # type: ignore[no-any-return]
         return fn(other, self)
 
+    method = eager_plan(2, binary=True)(method)
     method.__name__ = f"__r{name}__"
     method.__qualname__ = f"Tensor.__r{name}__"
     method.__doc__ = f"``other {symbol} self``: :func:`kiln.{fn.__name__}` (other, self)."
@@ -375,6 +377,48 @@ _PROPERTIES: dict[str, Callable[[Tensor], Any]] = {
 }
 
 
+# Operators and methods whose lowering depends only on their arguments' dtypes, shapes and
+# Python values, with how many leading arguments may be tensors: outside a capture each
+# replays its operator calls per signature (``kiln.tensor.eager_plan``). In-place operators,
+# ``fill`` and the NumPy protocols are not planned.
+_PLANNED: dict[str, int] = {
+    "__eq__": 2,
+    "__ne__": 2,
+    "__lt__": 2,
+    "__le__": 2,
+    "__gt__": 2,
+    "__ge__": 2,
+    "__invert__": 1,
+    "__neg__": 1,
+    "__pos__": 1,
+    "__abs__": 1,
+    "__getitem__": 1,
+    "astype": 1,
+    "copy": 1,
+    "reshape": 1,
+    "transpose": 1,
+    "squeeze": 1,
+    "flatten": 1,
+    "ravel": 1,
+    "sum": 1,
+    "mean": 1,
+    "max": 1,
+    "min": 1,
+    "prod": 1,
+    "argmax": 1,
+    "argmin": 1,
+    "var": 1,
+    "std": 1,
+    "any": 1,
+    "all": 1,
+    "cumsum": 1,
+    "clip": 1,
+    "round": 1,
+    "swapaxes": 1,
+    "dot": 2,
+}
+
+
 def set_tensor_methods() -> None:
     """Attach the operators, NumPy protocols, methods and properties above to ``Tensor``.
 
@@ -390,6 +434,7 @@ def set_tensor_methods() -> None:
         setattr(Tensor, f"__{name}__", _forward(name, fn))
         setattr(Tensor, f"__r{name}__", _reflected(name, fn, symbol))
     for name, method in {**_OPERATORS, **_METHODS, **_SHIFTS, **inplace.INPLACE_OPERATORS}.items():
-        setattr(Tensor, name, method)
+        planned = _PLANNED.get(name)
+        setattr(Tensor, name, method if planned is None else eager_plan(planned)(method))
     for name, getter in _PROPERTIES.items():
         setattr(Tensor, name, property(getter))

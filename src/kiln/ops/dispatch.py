@@ -30,6 +30,9 @@ __all__ = [
     "handler_now",
     "run_kernel",
     "run_quiet",
+    "quiet_state",
+    "set_fp_state",
+    "reset_fp_state",
     "eager_kernel",
     "as_outputs",
 ]
@@ -121,25 +124,61 @@ def run_quiet(
     fn: Callable[..., Any], arrays: Sequence[np.ndarray | None]
 ) -> tuple[np.ndarray, ...]:
     """``fn(*arrays)`` with NumPy's floating-point warnings silenced, as a tuple of arrays."""
-    if _fp_state is None:  # pragma: no cover
+    if _fp_get is None:  # pragma: no cover
         with np.errstate(all="ignore"):
             return as_outputs(fn(*arrays))
-    global _quiet
-    current = _fp_state.get()
+    current = _fp_get()
     pair = _quiet  # replaced whole, never mutated: safe across threads
-    if pair[0] is current:
-        quiet = pair[1]
-    else:
-        quiet = _make_extobj(all="ignore")  # built from ``current``: keeps bufsize, callback
-        _quiet = (current, quiet)
-    token = _fp_state.set(quiet)
+    token = _fp_set(pair[1] if pair[0] is current else _quiet_for(current))
     try:
         result = fn(*arrays)
     finally:
-        _fp_state.reset(token)
-    if type(result) is np.ndarray:
+        _fp_reset(token)
+    if type(result) is _ndarray:
         return (result,)
     return as_outputs(result)
+
+
+def _quiet_for(current: Any) -> Any:
+    """The quiet version of the caller's error state ``current`` (built from it, so its buffer
+    size and callback are kept), remembered for the next call."""
+    global _quiet
+    quiet = _make_extobj(all="ignore")
+    _quiet = (current, quiet)
+    return quiet
+
+
+# The context variable's methods, bound once: the eager door calls them on every kernel.
+_fp_get = None if _fp_state is None else _fp_state.get
+_fp_set = None if _fp_state is None else _fp_state.set
+_fp_reset = None if _fp_state is None else _fp_state.reset
+_ndarray = np.ndarray
+
+
+def quiet_state() -> Any:
+    """The quiet floating-point error state for the caller's current one, to install with
+    :func:`set_fp_state` around kernels (as :func:`run_quiet` does) and restore with
+    :func:`reset_fp_state`."""
+    if _fp_get is None:  # pragma: no cover
+        return None
+    current = _fp_get()
+    pair = _quiet
+    return pair[1] if pair[0] is current else _quiet_for(current)
+
+
+def _enter_errstate(state: Any) -> Any:  # pragma: no cover - NumPy without the names
+    scope = np.errstate(all="ignore")
+    scope.__enter__()
+    return scope
+
+
+def _exit_errstate(token: Any) -> None:  # pragma: no cover
+    token.__exit__(None, None, None)
+
+
+# ``token = set_fp_state(quiet_state())`` ... ``reset_fp_state(token)``.
+set_fp_state: Callable[[Any], Any] = _enter_errstate if _fp_set is None else _fp_set
+reset_fp_state: Callable[[Any], None] = _exit_errstate if _fp_reset is None else _fp_reset
 
 
 def eager_kernel(
@@ -172,6 +211,9 @@ def eager_kernel(
 def _compile_call(call: KernelCall, arity: int) -> Callable[..., Any]:
     """``call``'s template as a function of ``arity`` arrays (``lambda x0, x1: b0(x0, x1)``)."""
     args = [f"x{i}" for i in range(arity)]
+    direct = "{b0}(" + ", ".join("{" + str(i) + "}" for i in range(arity)) + ")"
+    if call.template == direct and len(call.binds) == 1:
+        return call.binds[0]  # type: ignore[no-any-return]  # np.matmul(x0, x1): itself
     binds = {f"b{k}": obj for k, obj in enumerate(call.binds)}
     body = call.template.format(*args, **{name: name for name in binds})
     return eval(f"lambda {', '.join(args)}: {body}", binds)  # noqa: S307 - kiln's own templates

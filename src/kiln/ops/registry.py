@@ -438,6 +438,12 @@ class OpDef:
     fast_kernel: NodeRule[KernelCall | None] | None = None
     engine_limits: Mapping[str, EngineLimit] = field(default_factory=dict)
     raises_on_values: bool | NodeRule[bool] = False
+    # Precomputed from ``traits`` for the eager door, which reads it on every call: whether
+    # the kernel may return a view of its first input (the ``VIEW`` trait).
+    is_view: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_view", VIEW in self.traits)
 
     @property
     def qualified_name(self) -> str:
