@@ -10,6 +10,7 @@ __all__ = ["user_source", "user_stacklevel"]
 _KILN_DIR = os.path.dirname(os.path.abspath(__file__))
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 _NUMPY_DIR: str | None = None
+_INSIDE: dict[str, bool] = {}  # file name -> inside kiln, NumPy or the stdlib
 
 
 def _numpy_dir() -> str:
@@ -29,12 +30,14 @@ def user_source() -> str:
         True
     """
     frame = sys._getframe(1)
-    numpy_dir = _numpy_dir()
     while frame is not None:
         filename = frame.f_code.co_filename
-        inside = filename.startswith((_KILN_DIR, numpy_dir)) or (
-            filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
-        )
+        inside = _INSIDE.get(filename)
+        if inside is None:  # once per file: the tracer asks at every operator it records
+            numpy_dir = _numpy_dir()
+            inside = _INSIDE[filename] = filename.startswith((_KILN_DIR, numpy_dir)) or (
+                filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
+            )
         if not inside:
             return f"{filename}:{frame.f_lineno} ({frame.f_code.co_name})"
         frame = frame.f_back  # type: ignore[assignment]

@@ -83,6 +83,11 @@ class GraphBuilder:
         """The nodes added so far, in order (a pass splices them into its graph)."""
         return tuple(self._nodes)
 
+    @property
+    def node_count(self) -> int:
+        """How many nodes were added so far (without copying them, as :attr:`nodes` does)."""
+        return len(self._nodes)
+
     def graph(self, name: str, outputs: Sequence[Value]) -> ModelGraph:
         """The graph of everything added, with ``outputs`` as its outputs."""
         return ModelGraph(name, self._inputs, outputs, self._nodes, self._constants)

@@ -108,9 +108,13 @@ class NameScope:
         self._taken.add(name)
 
     def fresh(self, hint: str) -> str:
-        base = self._invalid.sub("_", hint) or "v"
-        if base[0].isdigit():
-            base = "_" + base
+        base = _BASES.get(hint)
+        if base is None:
+            base = self._invalid.sub("_", hint) or "v"
+            if base[0].isdigit():
+                base = "_" + base
+            if len(_BASES) < _CACHE_LIMIT:
+                _BASES[hint] = base
         if base not in self._taken:
             self._taken.add(base)
             return base
@@ -122,10 +126,22 @@ class NameScope:
                 return name
 
 
+# Names made from hints and operator names, computed once each (the tracer names every node
+# it records: a regular expression per node was a tenth of the recording cost).
+_BASES: dict[str, str] = {}
+_SNAKE: dict[str, str] = {}
+_CACHE_LIMIT = 1 << 16
+
+
 def snake_case(op: str) -> str:
     """``MatMul`` -> ``matmul``, ``ReduceSum`` -> ``reduce_sum``, ``kiln.Fused`` -> ``fused``."""
-    op = op.rsplit(".", 1)[-1]
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op).lower().replace("mat_mul", "matmul")
+    name = _SNAKE.get(op)
+    if name is None:
+        short = op.rsplit(".", 1)[-1]
+        name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", short).lower().replace("mat_mul", "matmul")
+        if len(_SNAKE) < _CACHE_LIMIT:
+            _SNAKE[op] = name
+    return name
 
 
 class ModelGraph:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import OpArgumentError, OpTypeError
 from ..ir.builder import GraphBuilder
-from ..ir.graph import AttrValue, Constant, ModelGraph, Node, Value
+from ..ir.graph import AttrValue, Constant, ModelGraph, NameScope, Node, Value
 from ..ir.rewrite import remove_unused, substitute_node, topological_order
 from ..ops.registry import COMMUTATIVE
 from .transform import DefaultsOptions
@@ -143,6 +143,12 @@ def constant_equals(data: np.ndarray, target: float | bool) -> bool:
     data = np.asarray(data)
     if data.size == 0:
         return False
+    if data.size == 1 and data.dtype.kind == "f":
+        # The common case (a Python scalar in the user's code), without array temporaries:
+        # the same test on the one element, widened exactly to a Python float.
+        eps, tiny = _float_limits(data.dtype)
+        tolerance = 4 * eps * max(abs(float(target)), tiny)
+        return abs(float(data.reshape(-1)[0]) - float(target)) <= tolerance
     if data.dtype == np.bool_:
         return bool(np.all(data == bool(target)))
     if data.dtype.kind in "iu":
@@ -151,6 +157,18 @@ def constant_equals(data: np.ndarray, target: float | bool) -> bool:
     eps = float(np.finfo(data.dtype).eps)
     tolerance = 4 * eps * max(abs(float(target)), np.finfo(data.dtype).tiny)
     return bool(np.all(np.abs(wide - float(target)) <= tolerance))
+
+
+_FLOAT_LIMITS: dict[np.dtype, tuple[float, float]] = {}
+
+
+def _float_limits(dtype: np.dtype) -> tuple[float, float]:
+    """``(eps, tiny)`` of a float dtype, looked up once (``np.finfo`` costs microseconds)."""
+    limits = _FLOAT_LIMITS.get(dtype)
+    if limits is None:
+        info = np.finfo(dtype)
+        limits = _FLOAT_LIMITS[dtype] = (float(info.eps), float(info.tiny))
+    return limits
 
 
 # -- matching -----------------------------------------------------------------------------
@@ -219,11 +237,64 @@ class _Matcher:
     def __init__(self, producers: Mapping[int, Node], constants: Mapping[int, np.ndarray]) -> None:
         self.producers = producers
         self.constants = constants
+        # constant_equals per (constant, target): a constant is compared with the same few
+        # targets at every node that reads it.
+        self._equals: dict[tuple[int, float | bool], bool] = {}
+
+    def constant_fits(self, pattern: Pattern, value: Value) -> bool:
+        """Whether ``value`` is a graph constant that the leaf ``pattern`` accepts."""
+        data = self.constants.get(id(value))
+        if data is None:
+            return False
+        target = pattern.constant
+        if target is None:
+            return True
+        key = (id(value), target)
+        known = self._equals.get(key)
+        if known is None:
+            known = self._equals[key] = constant_equals(data, target)
+        return known
 
     def matches(self, pattern: Pattern, root: Node) -> Iterator[Match]:
         """Every way ``pattern`` matches at ``root`` (commutative operands give several)."""
         for values, nodes, interior in self._value(pattern, root.outputs[0], {}, {}, ()):
             yield Match(root, values, nodes, interior, self.constants)
+
+    def may_match(self, pattern: Pattern, value: Value | None, depth: int) -> bool:
+        """A quick necessary condition for :meth:`matches`: the operators (and constants) of
+        ``pattern`` down to ``depth`` levels are there, in some order of commutative operands.
+        It binds nothing, so most nodes are turned away without building a single match.
+        Only for patterns :func:`_names_agree` accepts (the matcher checks the structure of
+        a name bound twice only where it binds first)."""
+        if value is None:
+            return False
+        if pattern.alternatives:
+            for alternative in pattern.alternatives:
+                if self.may_match(alternative, value, depth):
+                    return True
+            return False
+        if not pattern.ops:
+            return not pattern.is_constant or self.constant_fits(pattern, value)
+        node = self.producers.get(id(value))
+        if node is None or node.op not in pattern.ops or node.outputs[0] is not value:
+            return False
+        inputs, patterns = node.inputs, pattern.inputs
+        if len(inputs) != len(patterns):
+            return False
+        if not depth:
+            return True
+        depth -= 1
+        for p, v in zip(patterns, inputs):
+            if not self.may_match(p, v, depth):
+                break
+        else:
+            return True
+        return (
+            len(inputs) == 2
+            and COMMUTATIVE in node.opdef.traits
+            and self.may_match(patterns[0], inputs[1], depth)
+            and self.may_match(patterns[1], inputs[0], depth)
+        )
 
     def _value(
         self,
@@ -246,12 +317,8 @@ class _Matcher:
                     yield self._bind(pattern, value, *found)
             return
         if not pattern.ops:
-            if pattern.is_constant:
-                data = self.constants.get(id(value))
-                if data is None:
-                    return
-                if pattern.constant is not None and not constant_equals(data, pattern.constant):
-                    return
+            if pattern.is_constant and not self.constant_fits(pattern, value):
+                return
             yield self._bind(pattern, value, values, nodes, interior)
             return
         node = self.producers.get(id(value))
@@ -374,36 +441,93 @@ def _same_type(a: Value, b: Value) -> bool:
     return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
 
 
-class _Sweep:
-    """One pass over the graph in topological order, applying the first rule that fits."""
+@dataclass(frozen=True)
+class _Indexed:
+    """A rule with what the driver reads before matching it: the operators every match
+    contains (:func:`_required_ops`), and whether the quick check may turn nodes away (both
+    only for patterns whose names agree, :func:`_names_agree`; others are always matched)."""
 
-    def __init__(self, graph: ModelGraph, rules: Sequence[Rule], options: DefaultsOptions) -> None:
+    rule: Rule
+    roots: tuple[str, ...]
+    required: frozenset[frozenset[str]]
+    prefilter: bool
+
+
+def _index(rules: Sequence[Rule]) -> list[_Indexed]:
+    indexed = []
+    for rule in rules:
+        agree = _names_agree(rule.pattern)
+        required = _required_ops(rule.pattern) if agree else frozenset()
+        indexed.append(_Indexed(rule, _root_ops(rule.pattern), required, agree))
+    return indexed
+
+
+# How deep the quick check looks below a root (the matcher then looks at the rest).
+_PREFILTER_DEPTH = 2
+
+
+class _Sweep:
+    """One pass over the graph in topological order, applying the first rule that fits.
+
+    Everything it does is linear in the graph: the nodes are visited once, and per node only
+    the rules rooted at its operator whose operators all occur in the graph are tried (most
+    rules of a fusion pass never are), each behind a quick structural check.
+    """
+
+    def __init__(
+        self, graph: ModelGraph, rules: Sequence[_Indexed], options: DefaultsOptions
+    ) -> None:
         self.graph = graph
         self.options = options
-        self.by_op: dict[str, list[Rule]] = {}
-        for rule in rules:
-            for name in _root_ops(rule.pattern):
-                self.by_op.setdefault(name, []).append(rule)
-        self.scope = graph.name_scope()
+        self.rules = rules
+        # The operators of the graph, and of the nodes this sweep adds: a rule needing one
+        # that is absent cannot match, so it is left out of by_op until one appears.
+        self.present = {node.op for node in graph.nodes}
+        self.by_op = self._by_op()
         self.constants: dict[int, np.ndarray] = {id(c.value): c.data for c in graph.constants}
         self.new_constants: list[Constant] = []
         self.producers: dict[int, Node] = {}
         self.outputs = {id(v) for v in graph.output_values}
-        self.users: dict[int, set[str]] = {}
-        for node in graph.nodes:
-            for v in node.inputs:
-                if v is not None:
-                    self.users.setdefault(id(v), set()).add(node.name)
+        self._users: dict[int, set[str]] | None = None  # made when a rule first needs it
+        self._scope: NameScope | None = None
         # Values whose users changed during this sweep: exclusive rules wait for the next one.
         self.stale: set[int] = set()
         self.mapping: dict[int, Value] = {}
         self.nodes: list[Node] = []
         self.count = 0
 
+    def _by_op(self) -> dict[str, list[_Indexed]]:
+        present = self.present
+        by_op: dict[str, list[_Indexed]] = {}
+        for indexed in self.rules:
+            if all(not present.isdisjoint(clause) for clause in indexed.required):
+                for name in indexed.roots:
+                    by_op.setdefault(name, []).append(indexed)
+        return by_op
+
+    @property
+    def users(self) -> dict[int, set[str]]:
+        """The names of the nodes of the graph (as the sweep began) reading each value."""
+        if self._users is None:
+            users: dict[int, set[str]] = {}
+            for node in self.graph.nodes:
+                for v in node.inputs:
+                    if v is not None:
+                        users.setdefault(id(v), set()).add(node.name)
+            self._users = users
+        return self._users
+
+    @property
+    def scope(self) -> NameScope:
+        if self._scope is None:
+            self._scope = self.graph.name_scope()
+        return self._scope
+
     def run(self) -> None:
         matcher = _Matcher(self.producers, self.constants)
         for node in self.graph.nodes:
-            node = substitute_node(node, self.mapping)
+            if self.mapping:
+                node = substitute_node(node, self.mapping)
             if not self._rewrite(node, matcher):
                 self._emit(node)
 
@@ -413,7 +537,7 @@ class _Sweep:
             self.producers[id(v)] = node
 
     def _rewrite(self, node: Node, matcher: _Matcher) -> bool:
-        rules = self.by_op.get(node.op, ())
+        rules = self.by_op.get(node.op)
         if not rules:
             return False
         for v in node.outputs:  # the root is matched like any producer
@@ -424,8 +548,12 @@ class _Sweep:
             del self.producers[id(v)]
         return False
 
-    def _apply(self, node: Node, rules: Sequence[Rule], matcher: _Matcher) -> bool:
-        for rule in rules:
+    def _apply(self, node: Node, rules: Sequence[_Indexed], matcher: _Matcher) -> bool:
+        root = node.outputs[0]
+        for indexed in rules:
+            rule = indexed.rule
+            if indexed.prefilter and not matcher.may_match(rule.pattern, root, _PREFILTER_DEPTH):
+                continue
             for match in matcher.matches(rule.pattern, node):
                 if rule.exclusive and not self._exclusive(match):
                     continue
@@ -461,6 +589,9 @@ class _Sweep:
         for made in builder.nodes:
             self._emit(made)
             self.stale.update(id(v) for v in (*made.inputs, *made.outputs) if v is not None)
+            if made.op not in self.present:  # rules that needed it may match from now on
+                self.present.add(made.op)
+                self.by_op = self._by_op()
         for old, new in zip(node.outputs, replacements):
             self.mapping[id(old)] = new
             self.stale.add(id(new))
@@ -543,6 +674,49 @@ class _Sweep:
         return self.graph.with_body(body, outputs=outputs, constants=constants)
 
 
+def _names_agree(pattern: Pattern) -> bool:
+    """True when every name ``pattern`` binds more than once stands for one and the same
+    sub-pattern wherever it appears, or for plain leaves (:func:`var`). The matcher checks
+    a name's pattern only where it binds first, and then only that the value is the same;
+    when names agree, what :func:`_required_ops` and :meth:`_Matcher.may_match` read from
+    every place holds for every match."""
+    seen: dict[str, Pattern] = {}
+
+    def plain(p: Pattern) -> bool:
+        return not (p.ops or p.alternatives or p.is_constant)
+
+    def visit(p: Pattern) -> bool:
+        if p.name is not None:
+            first = seen.setdefault(p.name, p)
+            if first is not p and not (plain(p) and plain(first)):
+                return False
+        return all(visit(q) for q in (*p.inputs, *p.alternatives))
+
+    return visit(pattern)
+
+
+def _required_ops(pattern: Pattern) -> frozenset[frozenset[str]]:
+    """What every match of ``pattern`` contains: for each set returned, a node whose operator
+    is one of that set. A rule one of whose sets a graph has no operator of cannot apply to it.
+
+    Example:
+        >>> sorted(sorted(c) for c in _required_ops(op("Neg", op("Exp", var()))))
+        [['Exp'], ['Neg']]
+    """
+    if pattern.alternatives:
+        each = [_required_ops(a) for a in pattern.alternatives]
+        common = frozenset.intersection(*each)
+        if all(a.ops for a in pattern.alternatives):  # one of the roots, whichever matches
+            common |= {frozenset(name for a in pattern.alternatives for name in a.ops)}
+        return common
+    if not pattern.ops:
+        return frozenset()
+    clauses = {frozenset(pattern.ops)}
+    for p in pattern.inputs:
+        clauses |= _required_ops(p)
+    return frozenset(clauses)
+
+
 def _root_ops(pattern: Pattern) -> tuple[str, ...]:
     if pattern.alternatives:
         return tuple(name for alt in pattern.alternatives for name in _root_ops(alt))
@@ -569,8 +743,11 @@ def rewrite_with_rules(
         (1, ['Mul'])
     """
     total = 0
+    indexed = _index(rules)
     for _ in range(MAX_SWEEPS):
-        sweep = _Sweep(graph, rules, options)
+        sweep = _Sweep(graph, indexed, options)
+        if not sweep.by_op:  # no rule can match an operator of the graph
+            return graph, total
         sweep.run()
         if not sweep.count:
             return graph, total

@@ -2,6 +2,8 @@
 
 One iteration runs, in order:
 
+0. dead code elimination first: a trace holds results nothing reads (the reads a write into a
+   slice records, views made and dropped), and the passes after it need not look at them;
 1. folding and simplification: shapes and constants fold, algebraic identities apply, and
    common subexpressions merge (so later patterns see one ``x - mean`` instead of two);
 2. pattern fusions onto registry operators: LayerNorm, RMSNorm, GELU, softmax, then attention
@@ -13,6 +15,11 @@ One iteration runs, in order:
 
 The driver repeats the iteration until nothing changes (``ModelGraph.default_max_iterations``
 caps it); every pass is idempotent, so optimizing an optimized graph reports zero changes.
+A pass is a function of the graph alone, so the driver does not run one again on the very
+graph it last left unchanged (the last iteration, which only confirms the fixed point, then
+runs just the passes before the last change). Every pass, and the rewrite driver of
+:mod:`kiln.optim.pattern`, must do work linear in the size of the graph (issue 13: traces of
+unrolled loops reach 100,000 nodes); ``tests/test_graph_size.py`` counts it.
 """
 
 from __future__ import annotations
@@ -79,9 +86,10 @@ def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
 
     Example:
         >>> [t.name for t in default_pipeline()][:3]
-        ['fold_shapes', 'fold_constants', 'simplify_algebra']
+        ['eliminate_dead_code', 'fold_shapes', 'fold_constants']
     """
     return [
+        eliminate_dead_code,  # what the trace recorded and nothing reads
         fold_shapes,
         fold_constants,
         simplify_algebra,
@@ -123,11 +131,19 @@ def run_pipeline(
     report = OptimizeReport(nodes_before=len(graph.nodes))
     start = time.perf_counter()
     current = graph
+    # For each position in the pipeline, the graph its pass last changed nothing in: a pass
+    # is a function of the graph (and the options), so it would change nothing there again.
+    settled: list[ModelGraph | None] = [None] * len(pipeline)
     for _ in range(max_num_iterations):
         counts: dict[str, int] = {}
-        for t in pipeline:
+        for position, t in enumerate(pipeline):
+            if settled[position] is current:
+                counts[t.name] = counts.get(t.name, 0)
+                continue
+            before = current
             current, n = t(current, options)
             counts[t.name] = counts.get(t.name, 0) + n
+            settled[position] = current if not n and current is before else None
             if verify:
                 try:
                     current.verify()

@@ -33,12 +33,18 @@ class DefaultsOptions:
         verify: Check the IR's invariants after every transform (slower; for debugging).
         fusion_min_elements: Elementwise fusion only fuses regions whose results hold at
             least this many elements (smaller ones cost more in call overhead than they save).
+        max_nodes: The node budget of a capture (``kiln.compile(..., defaults=...)``): a call
+            that records more nodes than this (a long unrolled Python loop) is not captured;
+            its input structure serves eagerly, with one ``CaptureWarning``. Every stage of a
+            capture is linear in the number of nodes, so the budget bounds the first call's
+            cost and the memory a graph holds.
     """
 
     constant_folding_limit: int = FOLDING_LIMITS.optimizer
     allow_reassociation: bool = False
     verify: bool = False
     fusion_min_elements: int = 1 << 15
+    max_nodes: int = 200_000
 
 
 RewriteFn = Callable[["ModelGraph", DefaultsOptions], "tuple[ModelGraph, int]"]
