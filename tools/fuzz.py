@@ -1010,6 +1010,9 @@ def worker_main(seed: int, engines: Sequence[str], auto_select: bool = False) ->
         select = importlib.import_module("kiln.exec.select")
         if hasattr(select, "AUTO_MIN_WORK"):
             select.AUTO_MIN_WORK = 0  # every capture chooses its engine by measurement
+        if hasattr(select, "COMPILE_BUDGET_RUNS"):
+            select.COMPILE_BUDGET_RUNS = float("inf")  # whatever the compile costs
+        os.environ["KILN_ENGINE_SELECTION"] = "sync"  # chosen during call 1: call 2 runs it
     crash_at = int(os.environ.get("KILN_FUZZ_CRASH_AT", "-1"))  # tests of the kill path
     out.write(json.dumps({"ready": True, "kiln": kiln.__file__}) + "\n")
     reported: dict[str, int] = {}  # signature -> length of the program last reported for it

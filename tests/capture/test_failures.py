@@ -79,7 +79,12 @@ def _broken_pipeline(*args, **kwargs):
 STAGES = {
     "optimizing": lambda mp: mp.setattr(kiln.optim.pipeline, "default_pipeline", _broken_pipeline),
     "finalizing": lambda mp: mp.setattr(ModelGraph, "finalize", _boom),
-    "engine selection": lambda mp: mp.setattr(kiln.exec.select, "choose", _boom),
+    # the synchronous selection (a background one that fails keeps NumPy serving:
+    # tests/exec/test_select_background.py)
+    "engine selection": lambda mp: (
+        mp.setenv("KILN_ENGINE_SELECTION", "sync"),
+        mp.setattr(kiln.exec.select, "choose", _boom),
+    ),
     "planning": lambda mp: mp.setattr(kiln.runtime, "build_plan", _boom),
     "preparing the replay": lambda mp: mp.setattr(recorder, "_flat_container", _boom),
 }

@@ -18,6 +18,11 @@ Concurrent calls are safe: capture decisions are taken under a lock, reserving t
 budget, so the budget and one capture per key are exact; a call of a key that another thread is
 capturing is served eagerly.
 
+A new capture serves on the NumPy plan at once; the other engines are checked and timed in the
+background (tiered selection, :mod:`kiln.runtime`), and a faster exact one is swapped into the
+capture's replay when ready. :meth:`CompiledFunction.wait_for_engines` waits for that, and
+:func:`explain` says which engine serves each capture and why.
+
 The structure key is the input pytree structure, the static (non-tensor) leaves' values, and
 each tensor leaf's dtype and rank (and its shape too with ``dynamic=False``). Everything that can
 be decided at capture time is: the replay path flattens, builds the key, looks it up, checks the
@@ -41,6 +46,7 @@ import enum
 import functools
 import itertools
 import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -53,13 +59,22 @@ from ..device import PlaceLike, as_place
 from ..errors import CaptureWarning, RecaptureWarning, StateError
 from ..ir.graph import ModelGraph
 from ..ops.dispatch import current_handler
+from ..optim.transform import DefaultsOptions
 from ..source import user_stacklevel
 from ..spec import TensorSpec, check_dynamic_axes, check_signature
 from ..tensor import Tensor
 from .implicit import ImplicitMiss
 from .policy import CaptureEvent, Decision, RecapturePolicy
 from .recorder import CaptureOptions, record_capture
-from .replay import AliasedWrite, Capture, GuardMiss, ReplayMiss, ShapeDrift, held_bytes
+from .replay import (
+    AliasedWrite,
+    Capture,
+    GuardMiss,
+    ReplayMiss,
+    ShapeDrift,
+    follow_engine,
+    held_bytes,
+)
 from .signature import CallSignature, positional_arrays
 from .trace import _parameter_names
 
@@ -129,6 +144,7 @@ class CompiledFunction:
         dynamic_axes: Mapping[Any, Any] | None = None,
         output_names: Sequence[str] | None = None,
         graph_name: str | None = None,
+        defaults: DefaultsOptions | None = None,
     ) -> None:
         # A staticmethod or classmethod under @kiln.compile: compile its function, and bind
         # as it would (nothing, or the class) when reached through a class (see __get__).
@@ -156,6 +172,7 @@ class CompiledFunction:
             place=None if place is None else as_place(place),
             dynamic_axes=dynamic_axes,
             output_names=None if output_names is None else tuple(output_names),
+            defaults=defaults,
         )
         self._with_shapes = dynamic is False  # the key holds each tensor's shape, not its rank
         self._policy = RecapturePolicy(
@@ -269,6 +286,11 @@ class CompiledFunction:
                 )
             assert self._current is not None and self._current.graph is not None
             graph = self._current.graph
+            # A selection still pending goes on while the graph lives (its program swaps the
+            # faster engine in; nothing else follows it now).
+            subscribe = getattr(graph.program, "subscribe", None)
+            if subscribe is not None:
+                subscribe(graph, _keeps_running)
             self._entries.clear()
             self._flat = {}
             self._current = None
@@ -277,6 +299,26 @@ class CompiledFunction:
                 CaptureEvent(0, "take_graph", message="take_graph(): serving eagerly until reset()")
             )
             return graph
+
+    def wait_for_engines(self, timeout: float | None = None) -> bool:
+        """Wait until the engine selection of every capture kept is done: kiln serves a new
+        capture on its NumPy plan at once and chooses among the other engines in the
+        background, swapping a faster exact one in when it is ready (see
+        :mod:`kiln.runtime`). Calls never need to wait; tests and benchmarks that want the
+        final engine do. True when nothing is pending, False when ``timeout`` seconds passed
+        first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            entries = list(self._entries.values())
+        for capture in entries:
+            program = None if capture.graph is None else capture.graph.program
+            wait = getattr(program, "wait_selected", None)
+            if wait is None:
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not wait(left):
+                return False
+        return True
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -295,11 +337,12 @@ class CompiledFunction:
                 capture = self._flat.get(flat[1])
                 if capture is not None:
                     tensors_in = Tensor in map(type, args)
-                    if capture.replay is None:  # a structure served eagerly
+                    replay = capture.replay  # read once: a faster engine may be swapped in
+                    if replay is None:  # a structure served eagerly
                         capture.last_used = call
                         return self._eager(args, kwargs, tensors_in)
                     try:
-                        result = capture.replay.serve(flat[0], tensors_in)
+                        result = replay.serve(flat[0], tensors_in)
                     except AliasedWrite:
                         return self._eager(args, kwargs, tensors_in)
                     except ReplayMiss as exc:
@@ -356,17 +399,18 @@ class CompiledFunction:
         """Serve the call from ``capture``: its replay, or eagerly for a structure served
         eagerly."""
         tensors_in = Tensor in map(type, signature.leaves)
-        if capture.replay is None:
+        replay = capture.replay  # read once: a faster engine may be swapped in
+        if replay is None:
             capture.last_used = call
             return self._eager(signature.args, signature.kwargs, tensors_in)
         try:
-            result = capture.replay.serve(signature.arrays, tensors_in)
+            result = replay.serve(signature.arrays, tensors_in)
         except AliasedWrite:
             return self._eager(signature.args, signature.kwargs, tensors_in)
         except ReplayMiss as exc:
             miss = exc.with_traceback(None)
         else:
-            if signature.converted and capture.replay.write_backs:
+            if signature.converted and replay.write_backs:
                 for original, copy in signature.converted:  # big-endian inputs written back
                     np.copyto(original, copy)
             self._current = capture
@@ -520,6 +564,7 @@ class CompiledFunction:
         )
         if flat is not None:
             self._flat[flat[1]] = capture
+        follow_engine(capture)  # a faster engine, chosen in the background, is swapped in
         while len(self._entries) > MAX_ENTRIES:
             entries = self._entries
             oldest = min(entries, key=lambda k: entries[k].last_used)
@@ -556,6 +601,10 @@ class CompiledFunction:
         if message not in self._warned:
             self._warned.add(message)
             warnings.warn(message, CaptureWarning, stacklevel=user_stacklevel())
+
+
+def _keeps_running(graph: ModelGraph, plan: object) -> None:
+    """A taken graph's subscription: it runs whatever its program serves."""
 
 
 class BoundCompiledFunction:
@@ -691,6 +740,7 @@ def compile(  # noqa: A001 - the public name, as torch.compile
     dynamic_axes: Mapping[Any, Any] | None = None,
     output_names: Sequence[str] | None = None,
     graph_name: str | None = None,
+    defaults: DefaultsOptions | None = None,
 ) -> Any:
     """Compile ``target``: the first call serves the eager result while recording a graph;
     later calls with the same input structure and matching shapes run the graph.
@@ -714,6 +764,9 @@ def compile(  # noqa: A001 - the public name, as torch.compile
         dynamic_axes: Axes of inputs to make dynamic, by input name or flat index.
         output_names: Names of the graph outputs.
         graph_name: The graphs' name (default: the target's ``__name__``).
+        defaults: The optimizer's :class:`~kiln.optim.DefaultsOptions` for each capture,
+            including ``max_nodes``, the node budget past which a call is not captured (its
+            structure serves eagerly, with one ``CaptureWarning``).
 
     Example:
         >>> import kiln, numpy as np
@@ -734,6 +787,7 @@ def compile(  # noqa: A001 - the public name, as torch.compile
         dynamic_axes=dynamic_axes,
         output_names=output_names,
         graph_name=graph_name,
+        defaults=defaults,
     )
     if target is None:
         return functools.partial(CompiledFunction, **options)
@@ -751,9 +805,10 @@ class Explanation(str):
 
 
 def explain(fn: CompiledFunction | BoundCompiledFunction, *, file: Any = None) -> Explanation:
-    """Why ``fn`` captured and fell back, one line per event, as text (an :class:`Explanation`,
-    a ``str`` a REPL shows as the text). It is printed only when ``file`` is given (a file
-    object); ``print(kiln.explain(f))`` prints it.
+    """Why ``fn`` captured and fell back, one line per event, then which engine serves each
+    capture kept and why (``numpy (jax pending)`` while the background selection runs), as
+    text (an :class:`Explanation`, a ``str`` a REPL shows as the text). It is printed only
+    when ``file`` is given (a file object); ``print(kiln.explain(f))`` prints it.
 
     Example:
         >>> import kiln, numpy as np
@@ -762,6 +817,7 @@ def explain(fn: CompiledFunction | BoundCompiledFunction, *, file: Any = None) -
         >>> kiln.explain(f)
         lambda: state compiled, 1 capture(s), 0 re-capture(s)
           call 1: first: first call
+          engine: numpy (too little work to measure: 2 element operations)
     """
     if isinstance(fn, BoundCompiledFunction):
         fn = fn.__func__
@@ -778,7 +834,33 @@ def explain(fn: CompiledFunction | BoundCompiledFunction, *, file: Any = None) -
         if e.axes and e.kind == "first":
             detail += f"; dynamic axes {list(e.axes)}"
         lines.append(f"  {where}: {e.kind}: {detail}")
+    lines += _engine_lines(fn)
     text = Explanation("\n".join(lines))
     if file is not None and file is not False:  # file=False: no printing (as before)
         print(text, file=file)
     return text
+
+
+def _engine_lines(fn: CompiledFunction) -> list[str]:
+    """``engine: ...`` for each capture kept with a graph: which engine serves it and why
+    (the input types name the capture when there are several)."""
+    if fn._fallback is not None:
+        return []
+    with fn._lock:
+        entries = [c for c in fn._entries.values() if c.graph is not None]
+    lines = []
+    for capture in entries:
+        program = capture.graph.program if capture.graph is not None else None
+        if program is None:
+            continue
+        describe = getattr(program, "describe_engine", None)
+        text = describe() if describe is not None else program.engine
+        which = ""
+        if len(entries) > 1:
+            inputs = capture.inputs
+            types = (
+                f"{n}: {d}{list(s)}" for n, d, s in zip(inputs.names, inputs.dtypes, inputs.shapes)
+            )
+            which = f" ({', '.join(types)})"
+        lines.append(f"  engine{which}: {text}")
+    return lines

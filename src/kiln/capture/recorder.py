@@ -26,11 +26,14 @@ import optree
 from ..device import Device, Stream
 from ..errors import CaptureError, CaptureWarning, InputMismatchError
 from ..ir.graph import Executable, ModelGraph, Value
+from ..ops.dispatch import run_kernel
+from ..ops.registry import OpDef
+from ..optim.transform import DefaultsOptions
 from ..runtime import selection_reference
 from ..source import user_source, user_stacklevel
 from ..spec import TensorSpec
 from ..symbolic import SymDim
-from ..tensor import Tensor
+from ..tensor import Tensor, fresh_outputs
 from ..tree import unflatten
 from .implicit import ImplicitReads, ImplicitSlot, discover
 from .randomness import Draws, RecordingGenerator, is_generator, recording_draws
@@ -63,17 +66,57 @@ class CaptureOptions:
     place: Device | Stream | None = None
     dynamic_axes: Mapping[Any, Any] | None = None
     output_names: tuple[str, ...] | None = None
+    defaults: DefaultsOptions | None = None  # the optimizer's options and the node budget
 
 
 class _CaptureTracer(Tracer):
     """A tracer that turns scalar host reads into value guards and, unless ``fullgraph``,
-    abandons the capture (instead of failing the call) on anything it cannot record."""
+    abandons the capture (instead of failing the call) on anything it cannot record.
 
-    def __init__(self, fullgraph: bool) -> None:
+    Past ``max_nodes`` recorded nodes (``DefaultsOptions.max_nodes``) it abandons the capture
+    and runs the rest of the call as plain NumPy: kernels on the arrays, writes into them,
+    nothing recorded, so the call costs what eager NumPy costs from there on."""
+
+    def __init__(self, fullgraph: bool, max_nodes: int = DefaultsOptions.max_nodes) -> None:
         super().__init__(compute=True)
         self.fullgraph = fullgraph
         self.guards: list[tuple[Value, np.ndarray, str]] = []
         self.abandoned: str | None = None
+        self.max_nodes = max_nodes
+        self.eager = False  # over the node budget: nothing more is recorded
+        self.wrote_eagerly = False  # a write after that (it may reach an input's array)
+
+    def apply(
+        self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
+    ) -> tuple[Tensor, ...]:
+        if not self.eager and self.builder.node_count >= self.max_nodes:
+            self.abandon(
+                f"recording more than {self.max_nodes:,} nodes (the node budget: raise it "
+                "with kiln.compile(..., defaults=kiln.optim.DefaultsOptions(max_nodes=...)), "
+                "or write the loop as array operations)"
+            )
+            self.eager = True
+        if not self.eager:
+            return super().apply(op, inputs, attrs)
+        if attrs and any(type(v) is TracedFloat for v in attrs.values()):
+            attrs = {k: float(v) if type(v) is TracedFloat else v for k, v in attrs.items()}
+        arrays = [None if t is None else t._data for t in inputs]
+        results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
+        return tuple(Tensor._wrap(r) for r in results)
+
+    def write(
+        self,
+        t: Tensor,
+        index: Any,
+        value: Tensor,
+        perform: Callable[[], Any],
+        reduction: str = "none",
+    ) -> None:
+        if not self.eager:
+            super().write(t, index, value, perform, reduction)
+            return
+        perform()  # NumPy's write into the arrays the function sees (inputs' are the caller's)
+        self.wrote_eagerly = True
 
     def host_read(self, tensor: Tensor, what: str) -> Any:
         data = tensor._data
@@ -133,7 +176,7 @@ def record_capture(
             does not fit the result.
     """
     slots = _plan_slots(target, signature, options, drift)
-    tracer = _CaptureTracer(options.fullgraph)
+    tracer = _CaptureTracer(options.fullgraph, (options.defaults or DefaultsOptions()).max_nodes)
     leaves = signature.leaves
     treespec = signature.treespec
 
@@ -197,13 +240,22 @@ def record_capture(
                     for slot, value in tracer.implicit_inputs
                 ]
             )
-            snapshots = tracer.input_snapshots  # written inputs as they were before the call
+            # Written inputs (explicit, then implicit) as they were before the call, and each
+            # written array's contents after it (the write-backs' expected values).
+            snapshots, implicit_snapshots = tracer.input_snapshots, tracer.implicit_snapshots
+            before = [np.asarray(snapshots.get(i, leaves[s.index])) for i, s in enumerate(slots)]
+            before += [
+                np.asarray(implicit_snapshots.get(k, _array_of(slot.original)))
+                for k, (slot, _) in enumerate(tracer.implicit_inputs)
+            ]
+            after = [np.asarray(_array_of(leaves[s.index])) for s in slots] + [
+                np.asarray(_array_of(slot.original)) for slot, _ in tracer.implicit_inputs
+            ]
             reference = (
-                [np.asarray(snapshots.get(i, leaves[s.index])) for i, s in enumerate(slots)]
-                + [np.asarray(_array_of(slot.original)) for slot, _ in tracer.implicit_inputs],
+                before,
                 [np.asarray(t._data) for t in tensors]
                 + [np.asarray(g.expected) for g in guards]
-                + [np.asarray(_array_of(leaves[slots[i].index])) for i, _ in tracer.write_backs],
+                + [after[i] for i, _ in tracer.write_backs],
             )
         replay = _finalize(
             graph, options, outputs, len(tensors), guards, reference, reads, tracer.write_backs
@@ -229,7 +281,7 @@ def _check_written_inputs(
     them back. Abandon the capture (serve the structure eagerly) when it cannot: an input that
     shares memory with another input (the graph would read the other as it was)."""
     written = tracer.written_inputs()
-    if not written:
+    if not written and not tracer.wrote_eagerly:
         return
     arrays = [_array_of(leaves[s.index]) for s in slots]
     for position, t in written:
@@ -361,7 +413,10 @@ def _finalize(
     dynamic = any(isinstance(d, SymDim) for v in graph.input_values for d in v.shape)
     if options.optimize:
         with _stage("optimizing the graph"):
-            graph.optimize(None if options.specialize is not False else _generic_pipeline())
+            graph.optimize(
+                None if options.specialize is not False else _generic_pipeline(),
+                defaults=options.defaults,
+            )
     if options.place is not None:
         with _stage("placing the graph"):
             graph.to(options.place)
@@ -369,7 +424,8 @@ def _finalize(
         if reference is None:
             graph.finalize()
         else:
-            with selection_reference(*reference):
+            # Tiered: NumPy serves at once, other engines are chosen in the background.
+            with selection_reference(*reference, background=True):
                 graph.finalize()
     with _stage("preparing the replay"):
         return _replay(graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs)
@@ -386,24 +442,28 @@ def _replay(
     write_backs: Sequence[tuple[int, int]] = (),
 ) -> Replay:
     """The replay of the finalized ``graph``: everything decided ahead of the calls. With
-    implicit ``reads``, each run appends the implicit inputs, read at the call, to the call's
-    arrays (the graph takes them after the explicit ones)."""
+    implicit ``reads``, the replay appends the implicit inputs, read at the call, to the call's
+    arrays (the graph takes them after the explicit ones; a write-back may go into them)."""
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
     run_unchecked: Runner | None = None
     if options.specialize is True and dynamic:
-        run = _specializing_runner(graph, options.optimize)
+        run = _specializing_runner(graph, options.optimize, options.defaults)
     else:
-        run = _checked_runner(program.check_inputs, program.run_arrays)
+        run_arrays = program.run_arrays
+        donating = getattr(getattr(program, "plan", None), "donating", None)
+        if write_backs and not guards and donating is not None:
+            # The written inputs' buffers are lent to the run (the NumPy plan's donation):
+            # their new contents are computed in place, and the write-back has nothing to copy.
+            # Not with value guards: a guard that fails must find the inputs as they were.
+            run_arrays = donating({output: position for position, output in write_backs})
+            run_arrays = run_arrays or program.run_arrays
+        run = _checked_runner(program.check_inputs, run_arrays)
         if not dynamic and options.specialize is not True:
             explicit = graph.input_values[: len(graph.input_values) - len(reads or ())]
             static_shapes = tuple(tuple(int(d) for d in v.shape) for v in explicit)
-            run_unchecked = program.run_arrays
-    if reads:
-        run = reads.wrap(run)
-        if run_unchecked is not None:
-            run_unchecked = reads.wrap(run_unchecked)
+            run_unchecked = run_arrays
     single = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
     return Replay(
         run=run,
@@ -415,6 +475,12 @@ def _replay(
         one_tensor=single and not guards and not write_backs,
         container=_flat_container(outputs, n_outputs),
         write_backs=tuple(write_backs),
+        fetch=reads.fetch if reads else None,
+        remake=None
+        if options.specialize is True and dynamic
+        else functools.partial(
+            _replay, graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs
+        ),
     )
 
 
@@ -446,7 +512,9 @@ def _generic_pipeline() -> list[Any]:
     return [t for t in default_pipeline() if t is not fold_shapes]
 
 
-def _specializing_runner(graph: ModelGraph, optimize: bool) -> Runner:
+def _specializing_runner(
+    graph: ModelGraph, optimize: bool, defaults: DefaultsOptions | None = None
+) -> Runner:
     """A runner that specializes ``graph`` to each new set of input shapes (specialize=True):
     sizes bound, shape arithmetic folded, a plan per shape set (the first few kept)."""
     from ..optim import specialize_graph
@@ -464,8 +532,9 @@ def _specializing_runner(graph: ModelGraph, optimize: bool) -> Runner:
             try:
                 special = specialize_graph(graph, generic.bindings(arrays))
                 if optimize:
-                    special.optimize()
-                special.finalize()
+                    special.optimize(defaults=defaults)
+                with selection_reference(background=True):  # tiered, as the capture's
+                    special.finalize()
                 program = special.program
                 assert program is not None
             except Exception as exc:  # kiln's failure: the generic plan serves these shapes

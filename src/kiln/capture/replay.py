@@ -10,12 +10,17 @@ again; the replay is frozen.
 and the rebuilt result. When it cannot serve a call it raises a :class:`ReplayMiss` saying why
 (:class:`ShapeDrift` or :class:`GuardMiss`), which the compiled function turns into a
 re-capture decision.
+
+A capture whose engine is chosen in the background (tiered selection, :mod:`kiln.runtime`)
+starts on the NumPy plan; :func:`follow_engine` has its replay swapped for one on the faster
+engine once that is chosen: one assignment of a new frozen ``Replay``, which a call reads once.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -41,9 +46,15 @@ __all__ = [
     "ShapeDrift",
     "GuardMiss",
     "Runner",
+    "follow_engine",
 ]
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+# A Capture is held weakly by its program (follow_engine): slots with a weakref slot where
+# dataclasses offer one (Python 3.11), a plain instance dict before.
+_SLOTS_WITH_WEAKREF: dict[str, bool] = (
+    {"slots": True, "weakref_slot": True} if sys.version_info >= (3, 11) else {}
+)
 
 
 class ValueGuard(NamedTuple):
@@ -92,7 +103,13 @@ class Replay:
         container: ``list`` or ``tuple`` when the result is a flat one of tensors.
         write_backs: (input position, graph output) for each input the function writes
             into: after the guards pass, the output's contents are copied into the caller's
-            array, which leaves it as eager NumPy would.
+            array, which leaves it as eager NumPy would. An implicit input (a closure's,
+            global's or attribute's array) is written back into the array read at the call.
+        fetch: Reads the implicit inputs at each call (the arrays the function reaches
+            without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
+            graph takes after the call's own; None when it takes none.
+        remake: Builds this replay again from the graph's program as it is now (after a
+            faster engine was swapped in); None when the replay does not follow its program.
     """
 
     run: Runner
@@ -104,6 +121,8 @@ class Replay:
     one_tensor: bool = False
     container: type | None = None
     write_backs: tuple[tuple[int, int], ...] = ()
+    fetch: Callable[[], list[np.ndarray]] | None = None
+    remake: Callable[[], Replay] | None = field(default=None, compare=False, repr=False)
 
     def serve(self, arrays: list[np.ndarray], tensors_out: bool) -> Any:
         """The result of the capture's graph on the call's input ``arrays``: fresh, writable
@@ -114,6 +133,8 @@ class Replay:
             ShapeDrift: The arrays do not fit the graph's input shapes.
             GuardMiss: A value guard failed.
         """
+        if self.fetch is not None:
+            arrays = [*arrays, *self.fetch()]  # (ImplicitMiss: one changed dtype or shape)
         if self.write_backs:
             _check_unaliased(arrays, self.write_backs)
         static_shapes = self.static_shapes
@@ -138,7 +159,9 @@ class Replay:
             if not np.array_equal(outs[guard.output], guard.expected):
                 raise GuardMiss(guard, outs[guard.output])
         for position, output in self.write_backs:
-            np.copyto(arrays[position], outs[output])
+            target, contents = arrays[position], outs[output]
+            if contents is not target:  # (a donating run wrote the caller's array itself)
+                np.copyto(target, contents)
         results: list[Any] = outs[: self.n_outputs]
         if tensors_out:
             results = [Tensor._wrap(a) for a in results]
@@ -161,11 +184,12 @@ def _check_unaliased(arrays: list[np.ndarray], write_backs: tuple[tuple[int, int
                 raise AliasedWrite()
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(eq=False, **_SLOTS_WITH_WEAKREF)
 class Capture:
     """One cache entry of a compiled function. Made once and replaced as a whole; only its
     ``last_used`` stamp changes, which the replay writes (the cache drops the least recently
-    used entry first).
+    used entry first), and its ``replay``, swapped once for a faster engine's (see
+    :func:`follow_engine`).
 
     Attributes:
         inputs: What the capture was recorded against (what explains the next change).
@@ -197,6 +221,26 @@ class Capture:
     def nbytes(self) -> int:
         """The bytes this entry holds, each buffer counted once (see :func:`held_bytes`)."""
         return held_bytes(self.buffers)
+
+
+def follow_engine(capture: Capture) -> None:
+    """Have ``capture`` follow its program's engine: when the tiered selection swaps a faster
+    engine in, the capture's replay is rebuilt on it and swapped in one assignment (a call
+    reads ``capture.replay`` once, so it runs wholly on one engine or the other). The program
+    holds the capture weakly: a dropped capture is not kept alive, and its pending selection
+    is skipped."""
+    graph, replay = capture.graph, capture.replay
+    program = None if graph is None else graph.program
+    subscribe = getattr(program, "subscribe", None)
+    if replay is None or replay.remake is None or subscribe is None:
+        return
+    subscribe(capture, _swap_replay)
+
+
+def _swap_replay(capture: Capture, plan: object) -> None:
+    replay = capture.replay
+    if replay is not None and replay.remake is not None:
+        capture.replay = replay.remake()
 
 
 def held_bytes(arrays: Iterable[np.ndarray]) -> int:

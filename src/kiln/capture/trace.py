@@ -76,6 +76,7 @@ class Tracer:
         self.shape_guards: list[ShapeGuard] = []
         self._guard_texts: set[str] = set()
         self._sizes: dict[str, int] = {}  # symbol -> its size in the call being recorded
+        self._symbolic = False  # whether a recorded tensor has had a symbolic size
         self._input_symbols: set[str] = set()  # the symbols the graph's inputs bind
         # Implicit inputs: id(tensor) -> (tensor, key, name) until first used; then in order.
         self._implicit: dict[int, tuple[Tensor, Any, str]] = {}
@@ -83,9 +84,14 @@ class Tracer:
         # Functionalized writes (kiln.capture.views): the storage of each root that has views
         # or was written, by id (the storage holds the root, so the id stays its own).
         self._storage: dict[int, Storage] = {}
+        self._prune_at: dict[int, int] = {}  # id(storage) -> views held when next pruned
         self.input_tensors: list[tuple[Tensor, Value]] = []  # each input and its first value
         self.write_backs: list[tuple[int, int]] = []  # (input position, graph output index)
         self.input_snapshots: dict[int, np.ndarray] = {}  # an input's contents before a write
+        # Implicit inputs written by the function (Tracer._own_implicit): their contents before
+        # the first write (by position in implicit_inputs), and (position, stand-in, first value).
+        self.implicit_snapshots: dict[int, np.ndarray] = {}
+        self._implicit_owned: list[tuple[int, Tensor, Value]] = []
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -106,6 +112,7 @@ class Tracer:
         data = t._data
         for axis, d in enumerate(t.type.shape):
             if isinstance(d, SymDim) and d.is_symbol():
+                self._symbolic = True
                 if d.name not in self._symbol_source:
                     self._symbol_source[d.name] = (t, axis)
                 if data is not None:
@@ -193,10 +200,12 @@ class Tracer:
         root, _ = root_of(t)
         owner = root._trace
         owned = isinstance(owner, TraceRef) and owner.tracer is self
+        if not owned and self._own_implicit(root):
+            owned, owner = True, root._trace
         if not owned:
             self.unsupported(
-                "a write into an array the function did not receive or create (a closure or "
-                "global array, or a constant)"
+                "a write into an array the function did not receive or create (a constant, "
+                "or a kiln tensor it reaches without receiving it)"
             )
         elif self._uncertain_view(t):
             raise CaptureError(
@@ -221,6 +230,36 @@ class Tracer:
             if storage is not None:
                 stale_views(storage)
 
+    def _own_implicit(self, root: Tensor) -> bool:
+        """Make ``root`` a root this trace owns when it is the stand-in of an implicit input
+        (a NumPy array the function reaches without receiving it: a closure, a global,
+        ``self.<attr>``), so that writes into it are recorded and the replay writes its final
+        contents back into that array (:meth:`written_implicit`); False for anything else (a
+        constant; a kiln tensor the function reaches, which stands for itself and is not
+        rebound)."""
+        pending = self._implicit.get(id(root))
+        known = self._constant_of.get(id(root))
+        if (pending is None or pending[0] is not root) and (known is None or known[0] is not root):
+            return False
+        value = self.value_of(root)  # a graph input from now on, if not one already
+        lifted = [v for _, v in self.implicit_inputs]
+        if not any(v is value for v in lifted):
+            return False  # a constant
+        position = next(k for k, v in enumerate(lifted) if v is value)
+        key = self.implicit_inputs[position][0]
+        if getattr(key, "original", None) is root:
+            return False  # the user's own kiln tensor
+        if root._data is not None:  # its contents before the call's writes, for selection
+            self.implicit_snapshots[position] = np.array(root._data)
+        rebind(root, TraceRef(self, value), value.type)
+        self._implicit_owned.append((position, root, value))
+        return True
+
+    def written_implicit(self) -> list[tuple[int, Tensor]]:
+        """The implicit inputs a write changed: (position among :attr:`implicit_inputs`, the
+        stand-in tensor)."""
+        return [(k, t) for k, t, first in self._implicit_owned if self.value_of(t) is not first]
+
     def _uncertain_view(self, t: Tensor) -> bool:
         view = getattr(t._trace, "view", None)
         while view is not None:
@@ -241,18 +280,20 @@ class Tracer:
     def apply(
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
     ) -> tuple[Tensor, ...]:
-        in_values = tuple(None if t is None else self.value_of(t) for t in inputs)
+        in_values = tuple([None if t is None else self.value_of(t) for t in inputs])
         if attrs and any(type(v) is TracedFloat for v in attrs.values()):
             # A float argument made a graph input, given as an attribute: read on the host.
             attrs = {k: float(v) if type(v) is TracedFloat else v for k, v in attrs.items()}
         outs = self.builder.add(op, in_values, attrs, source=user_source())
         out_types = [v.type for v in outs]
-        results: tuple[np.ndarray, ...] | None = None
-        if self.compute and all(t is None or t._data is not None for t in inputs):
+        results: Sequence[np.ndarray] | None = None
+        if self.compute:
             arrays = [None if t is None else t._data for t in inputs]
-            results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
-            _check_kernel(op, out_types, results)
-        self._note_pins(op, attrs, in_values, out_types)
+            if all(a is not None or t is None for a, t in zip(arrays, inputs)):
+                results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
+                _check_kernel(op, out_types, results)
+        if self._symbolic:  # a static capture has no dynamic size to pin
+            self._note_pins(op, attrs, in_values, out_types)
         tensors = []
         for i, value in enumerate(outs):
             data = None if results is None else results[i]
@@ -280,8 +321,11 @@ class Tracer:
         rebind(out, TraceRef(self, out._trace.value, record), out.type)
         views = storage.views
         views.append(weakref.ref(out))
-        if len(views) % 256 == 0:  # a loop over x[i]: forget the views that are gone
-            storage.views = [ref for ref in views if ref() is not None]
+        # A loop over x[i]: forget the views that are gone, each time the list has doubled
+        # since the last time (so views the function keeps cost linear time, not quadratic).
+        if len(views) >= self._prune_at.get(id(storage), 256):
+            storage.views = alive = [ref for ref in views if ref() is not None]
+            self._prune_at[id(storage)] = max(256, 2 * len(alive))
 
     def _note_pins(
         self,
@@ -496,11 +540,18 @@ class Tracer:
         from ..ops.registry import get_op
 
         written = self.written_inputs()
-        self.write_backs = [(i, len(outputs) + k) for k, (i, _) in enumerate(written)]
-        outputs = [*outputs, *(t for _, t in written)]
+        implicit = self.written_implicit()
+        graph_inputs = {id(v): i for i, v in enumerate(self.builder.inputs)}
+        targets = [
+            *(i for i, _ in written),
+            *(graph_inputs[id(self.implicit_inputs[k][1])] for k, _ in implicit),
+        ]
+        self.write_backs = [(p, len(outputs) + k) for k, p in enumerate(targets)]
+        outputs = [*outputs, *(t for _, t in written), *(t for _, t in implicit)]
         output_names = [
             *output_names,
             *(f"mutated.{self.input_tensors[i][1].name}" for i, _ in written),
+            *(f"mutated.{self.implicit_inputs[k][1].name}" for k, _ in implicit),
         ]
         inputs, constants = self.builder.inputs, self.builder.constants
         passthrough = {id(v) for v in inputs} | {id(c.value) for c in constants}

@@ -13,7 +13,13 @@ graph's static shapes, and the rule that turns timings into a choice is stable
 (:data:`WIN_MARGIN`), timings near that line are measured again before deciding, and engines
 within :data:`TIE_MARGIN` of each other are ranked by a fixed order, not by noise. Tiny graphs
 never pay for the measurement: below :data:`AUTO_MIN_WORK` the NumPy plan is returned at once.
-What was decided and why is kept on the chosen plan (``plan.selection``).
+No engine is compiled when its expected compile time is out of proportion to the graph's run
+time (:func:`compile_is_worth_it`: at most :data:`COMPILE_BUDGET_RUNS` NumPy runs, with the
+compile time estimated per node, :data:`COMPILE_SECONDS_PER_NODE`). What was decided and why
+is kept on the chosen plan (``plan.selection``), and :func:`describe` says it in a line.
+
+``kiln.compile`` runs :func:`choose` off the critical path (tiered: NumPy serves at once, see
+:mod:`kiln.runtime`); an explicit ``finalize()`` runs it at once.
 
 Example:
     >>> import kiln, numpy as np
@@ -24,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +52,13 @@ __all__ = [
     "same_answer",
     "pick",
     "choose",
+    "describe",
+    "measurable",
+    "compile_is_worth_it",
+    "installed",
     "OPTIONAL_ENGINES",
+    "COMPILE_BUDGET_RUNS",
+    "COMPILE_SECONDS_PER_NODE",
 ]
 
 # Below this many estimated element operations (about 1 ms of NumPy), the NumPy plan wins or
@@ -73,6 +86,19 @@ ULPS = {2: 8.0, 4: 64.0, 8: 64.0}  # by itemsize: float16/bfloat16, float32, flo
 
 OPTIONAL_ENGINES = ("onnxruntime", "jax")
 
+# An engine is compiled only when its expected compile time is at most the time of this many
+# NumPy runs of the graph (one run measured on the synthetic inputs): at the smallest win
+# selection accepts (1 - WIN_MARGIN, a fifth of a NumPy run per call) the compile then pays
+# for itself within 1,000 calls. A compile out of that proportion (XLA on a 35,000-node
+# unrolled loop: minutes, for a graph NumPy runs in milliseconds) is not started at all.
+COMPILE_BUDGET_RUNS = 200
+# Expected compile (prepare + first run) seconds per graph node, by engine: measured on
+# elementwise chains of 300-3,000 nodes (XLA ~2.7 ms per node, onnxruntime session creation
+# ~0.2-0.5 ms per node, on a 2-core machine); a deliberately rough, machine-independent rule.
+COMPILE_SECONDS_PER_NODE = {"jax": 2.5e-3, "onnxruntime": 2.5e-4}
+# Modules an engine needs, looked up (not imported) to tell whether it is installed.
+_ENGINE_MODULES = {"jax": ("jax",), "onnxruntime": ("onnxruntime", "onnx")}
+
 
 def work_estimate(graph: ModelGraph) -> float | None:
     """Estimated element operations of one run: each node's output elements times its
@@ -97,6 +123,47 @@ def _cost_per_element(node: Node) -> float:
     return opdef.cost
 
 
+def measurable(graph: ModelGraph) -> tuple[float | None, str | None]:
+    """The graph's :func:`work_estimate` and why measuring engines for it is not worth it
+    (None when it is): a symbolic shape, or less work than :data:`AUTO_MIN_WORK`. Cheap: it
+    builds and runs nothing, so a caller can decide at once whether to start a selection."""
+    work = work_estimate(graph)
+    if work is None:
+        return None, "symbolic shapes: not measured"
+    if work < AUTO_MIN_WORK:
+        return work, f"too little work to measure: {work:.3g} element operations"
+    if any(not all(isinstance(d, int) for d in v.shape) for v in graph.input_values):
+        return work, "symbolic input shapes: not measured"
+    return work, None
+
+
+def installed(engine: str) -> bool:
+    """Whether optional ``engine``'s packages are installed (looked up, not imported)."""
+    return all(importlib.util.find_spec(m) is not None for m in _ENGINE_MODULES.get(engine, ()))
+
+
+def compile_is_worth_it(engine: str, nodes: int, numpy_seconds: float) -> str | None:
+    """None when compiling ``engine`` for a graph of ``nodes`` nodes that NumPy runs in
+    ``numpy_seconds`` is in proportion (expected compile time, ``nodes`` times
+    :data:`COMPILE_SECONDS_PER_NODE`, at most :data:`COMPILE_BUDGET_RUNS` NumPy runs); else
+    why it is skipped.
+
+    Example:
+        >>> compile_is_worth_it("jax", 50, 0.005) is None  # 0.13 s against 1 s
+        True
+        >>> compile_is_worth_it("jax", 35_000, 0.004)
+        'expected compile 88 s for 35000 nodes is more than 200 NumPy runs (0.8 s)'
+    """
+    expected = nodes * COMPILE_SECONDS_PER_NODE.get(engine, 0.0)
+    budget = COMPILE_BUDGET_RUNS * numpy_seconds
+    if expected <= budget:
+        return None
+    return (
+        f"expected compile {expected:.2g} s for {nodes} nodes is more than "
+        f"{COMPILE_BUDGET_RUNS} NumPy runs ({budget:.2g} s)"
+    )
+
+
 def synthetic_inputs(graph: ModelGraph, seed: int = 0) -> list[np.ndarray] | None:
     """Inputs of the graph's static shapes (None when a shape is symbolic): floats in
     [-1, 1), integers 0 (a valid index everywhere), booleans False."""
@@ -113,7 +180,7 @@ def synthetic_inputs(graph: ModelGraph, seed: int = 0) -> list[np.ndarray] | Non
     return arrays
 
 
-def _best_seconds(runs: dict[str, Callable[[], Any]]) -> dict[str, float]:
+def _best_seconds(runs: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
     """The best time of each candidate, measured in blocks of consecutive runs (a replay runs
     one engine over and over, with its thread pool warm; interleaving engines would measure
     their thread pools fighting instead), in two passes so that a burst of load on the machine
@@ -241,36 +308,55 @@ def choose(
     graph: ModelGraph,
     engines: tuple[str, ...] = OPTIONAL_ENGINES,
     reference: Reference | None = None,
+    numpy_plan: Any = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Any:
     """The plan for ``graph`` among NumPy and the installed optional ``engines``: exact
     candidates that agree with NumPy (and with ``reference``: checked inputs and the outputs
-    they must give, e.g. a compiled function's first call), timed, chosen by :func:`pick`."""
+    they must give, e.g. a compiled function's first call), whose compile is in proportion
+    (:func:`compile_is_worth_it`), timed, chosen by :func:`pick`. ``numpy_plan`` is the NumPy
+    plan already built for ``graph`` (the one serving a compiled function meanwhile), if any;
+    it may run concurrently (a plan's run is reentrant). ``cancelled`` is asked before each
+    candidate and before timing; when it says so, the NumPy plan is returned as it is."""
     from .cpu import CpuPlan
 
-    numpy_plan = CpuPlan(graph)
-    work = work_estimate(graph)
-    numpy_plan.selection = {"work": work, "chosen": "numpy"}
-    if work is None or work < AUTO_MIN_WORK:
-        return numpy_plan
-    arrays = synthetic_inputs(graph)
+    if numpy_plan is None:
+        numpy_plan = CpuPlan(graph)
+    work, not_measured = measurable(graph)
+    selection: dict[str, Any] = {"work": work, "chosen": "numpy"}
+    arrays = None if not_measured else synthetic_inputs(graph)
     if arrays is None:
+        numpy_plan.selection = {**selection, "not_measured": not_measured or "symbolic shapes"}
         return numpy_plan
     try:
         with np.errstate(all="ignore"):
+            start = time.perf_counter()
             expected = numpy_plan.run_arrays(arrays)
+            numpy_once = time.perf_counter() - start
     except Exception:  # the synthetic inputs do not suit this graph: stay on NumPy
+        numpy_plan.selection = {**selection, "not_measured": "the synthetic inputs do not fit"}
         return numpy_plan
     plans: dict[str, Any] = {"numpy": numpy_plan}
     refused: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for engine in engines:
+        if cancelled is not None and cancelled():
+            return numpy_plan
+        if not installed(engine):
+            continue
+        too_slow = compile_is_worth_it(engine, len(graph.nodes), numpy_once)
+        if too_slow is not None:
+            skipped[engine] = too_slow
+            continue
         try:
             plan = _candidate(graph, engine, None)
             if plan is None:
                 continue
-            why = _differs(plan.run_arrays(arrays), expected)
-            if why is None and reference is not None:
-                why = _differs(plan.run_arrays(list(reference[0])), list(reference[1]))
-                why = None if why is None else f"on the capture inputs, {why}"
+            with np.errstate(all="ignore"):
+                why = _differs(plan.run_arrays(arrays), expected)
+                if why is None and reference is not None:
+                    why = _differs(plan.run_arrays(list(reference[0])), list(reference[1]))
+                    why = None if why is None else f"on the capture inputs, {why}"
         except Exception as exc:  # cannot run it exactly (UnsupportedOperationError) or failed
             why = f"{type(exc).__name__}: {exc}"
         if why is None:
@@ -278,9 +364,13 @@ def choose(
             plans[engine] = plan
         else:
             refused[engine] = why
-    selection: dict[str, Any] = {"work": work, "refused": refused}
+    selection.update(
+        refused=refused, skipped=skipped, numpy_run=numpy_once, exact_on=_exact_on(reference)
+    )
     if len(plans) == 1:
-        numpy_plan.selection = {**selection, "chosen": "numpy"}
+        numpy_plan.selection = selection
+        return numpy_plan
+    if cancelled is not None and cancelled():
         return numpy_plan
     runs = {name: (lambda p=plan: p.run_arrays(arrays)) for name, plan in plans.items()}
     try:
@@ -289,10 +379,64 @@ def choose(
             if _near_the_line(timings):
                 again = _best_seconds(runs)
                 timings = {k: min(v, again[k]) for k, v in timings.items()}
-    except Exception:
-        numpy_plan.selection = {**selection, "chosen": "numpy"}
+    except Exception as exc:
+        numpy_plan.selection = {**selection, "error": f"timing: {type(exc).__name__}: {exc}"}
         return numpy_plan
     best = pick(timings)
     best_plan = plans[best]
     best_plan.selection = {**selection, "seconds": timings, "chosen": best}
     return best_plan
+
+
+def _exact_on(reference: Reference | None) -> str:
+    return "synthetic inputs" + (" and the capture inputs" if reference is not None else "")
+
+
+def describe(selection: Mapping[str, Any] | None, pending: Sequence[str] = ()) -> str:
+    """One line saying which engine serves and why, from a plan's ``selection`` (what
+    :func:`choose` decided) and the engines whose selection is still ``pending``.
+
+    Example:
+        >>> describe({"chosen": "jax", "seconds": {"numpy": 2.1, "jax": 1.0},
+        ...           "exact_on": "synthetic inputs", "refused": {"onnxruntime": "ReduceMax"}})
+        'jax: 2.1x faster than numpy, exact on synthetic inputs; onnxruntime refused: ReduceMax'
+        >>> describe({"chosen": "numpy", "work": 10.0}, pending=("jax",))
+        'numpy (jax pending)'
+    """
+    if pending:
+        return f"numpy ({', '.join(pending)} pending)"
+    if not selection:
+        return "numpy"
+    chosen = str(selection.get("chosen", "numpy"))
+    seconds: Mapping[str, float] = selection.get("seconds") or {}
+    parts: list[str] = []
+    if "not_measured" in selection:
+        head = f"{chosen} ({selection['not_measured']})"
+    elif "error" in selection:
+        head = f"{chosen} (selection failed: {_short(str(selection['error']))})"
+    elif chosen != "numpy" and seconds.get(chosen):
+        ratio = seconds.get("numpy", math.inf) / seconds[chosen]
+        head = f"{chosen}: {ratio:.1f}x faster than numpy, exact on {selection.get('exact_on')}"
+    elif seconds:
+        others = [k for k in seconds if k != "numpy" and seconds[k] > 0]
+        speeds = ", ".join(f"{k} {seconds['numpy'] / seconds[k]:.2f}x" for k in others)
+        head = f"numpy: no engine clearly faster ({speeds}; {1 / WIN_MARGIN:.2f}x needed)"
+    elif selection.get("refused") or selection.get("skipped"):
+        head = "numpy: no other engine qualified"
+    else:
+        head = "numpy: no other engine installed"
+    parts.append(head)
+    if chosen != "numpy":
+        for k in seconds:
+            if k not in ("numpy", chosen) and seconds[k] > 0:
+                parts.append(f"{k} {seconds['numpy'] / seconds[k]:.2f}x")
+    for k, why in (selection.get("skipped") or {}).items():
+        parts.append(f"{k} skipped: {why}")
+    for k, why in (selection.get("refused") or {}).items():
+        parts.append(f"{k} refused: {_short(why)}")
+    return "; ".join(parts)
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
