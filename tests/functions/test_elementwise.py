@@ -201,7 +201,8 @@ def test_nan_handling_matches_numpy() -> None:
         (np.ones(3, np.int32), 2.5, "float64"),
         (np.ones(3, np.uint8), 3, "uint8"),
         (np.ones(3, np.float16), 2, "float16"),
-        (np.ones(3, BF16), 2.0, "bfloat16"),
+        # ml_dtypes' own promotion decides (0.5.4 with NumPy 2.4 gives float32: NumPy's too)
+        (np.ones(3, BF16), 2.0, None),
         (np.ones(3, bool), 2, "int64"),
         (np.ones(3, bool), True, "bool"),
         (np.ones(3, np.int8), np.ones(3, np.uint8), "int16"),
@@ -210,8 +211,9 @@ def test_nan_handling_matches_numpy() -> None:
 def test_python_scalars_are_weak(x, y, dtype) -> None:
     for op in (operator.add, operator.mul):
         got = op(kiln.asarray(x), y)
-        assert got.dtype == np.dtype(dtype)
-        assert_close(got, op(x, y))
+        want = op(x, y)
+        assert got.dtype == want.dtype == np.dtype(dtype or want.dtype)
+        assert_close(got, want)
 
 
 def test_integer_true_division_is_float64() -> None:
