@@ -31,6 +31,7 @@ updates also leaves each version read only by the next write, so
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -43,7 +44,6 @@ from .scatter_writes import (
     ConstantWrites,
     box_positions,
     positions_of,
-    row_of_positions,
     scatter_writes,
     splice,
     update_rows,
@@ -129,50 +129,129 @@ def _slice_positions(
     return box_positions(writes.dims, starts, ends, np.array(sliced, np.int64), steps)
 
 
+class _Versions:
+    """The chains of writes over the same positions (each a write into the result of the one
+    before, oldest first), indexed so that a read finds the newest write of each position it
+    reads by bisection, not by walking every earlier write (a loop of ``acc[[i]] += ...``
+    would make that quadratic in the loop's length)."""
+
+    def __init__(self, older: Callable[[_Source], _Source | None]) -> None:
+        self.older = older
+        self.place: dict[int, tuple[list[_Source], int]] = {}  # id(write) -> (chain, index)
+        self.writers: dict[int, dict[int, list[int]]] = {}  # id(chain) -> position -> indices
+        self.boxes: dict[int, list[int]] = {}  # id(chain) -> indices of its SliceUpdates
+        self.kept: dict[int, dict[int, int]] = {}  # id(write) -> position -> the row kept
+
+    def locate(self, source: _Source) -> tuple[list[_Source], int]:
+        """``source``'s chain and its index there (registering the writes it follows)."""
+        pending = []
+        found = self.place.get(id(source.writes.node))
+        while found is None:
+            pending.append(source)
+            previous = self.older(source)
+            if previous is None:
+                break
+            source = previous
+            found = self.place.get(id(source.writes.node))
+        for s in reversed(pending):
+            if found is None:
+                chain: list[_Source] = []
+                self.writers[id(chain)], self.boxes[id(chain)] = {}, []
+            else:
+                chain, at = found
+                if at != len(chain) - 1:  # a second write into the same version: a branch
+                    chain = self._branch(chain, at)
+            self._append(chain, s)
+            found = (chain, len(chain) - 1)
+            self.place[id(s.writes.node)] = found
+        assert found is not None
+        return found
+
+    def _branch(self, chain: list[_Source], at: int) -> list[_Source]:
+        fork: list[_Source] = []
+        self.writers[id(fork)], self.boxes[id(fork)] = {}, []
+        for s in chain[: at + 1]:
+            self._append(fork, s)
+        return fork
+
+    def _append(self, chain: list[_Source], source: _Source) -> None:
+        index = len(chain)
+        chain.append(source)
+        writers = self.writers[id(chain)]
+        for p in np.unique(source.writes.positions).tolist():
+            writers.setdefault(p, []).append(index)
+        if source.writes.node.op == SLICE_UPDATE:
+            self.boxes[id(chain)].append(index)
+
+    def rows(self, source: _Source) -> dict[int, int]:
+        """Each position ``source`` writes -> the row of its updates NumPy leaves there."""
+        key = id(source.writes.node)
+        kept = self.kept.get(key)
+        if kept is None:
+            kept = self.kept[key] = {p: r for r, p in enumerate(source.writes.positions.tolist())}
+        return kept
+
+    def newest(self, chain: list[_Source], at: int, read: np.ndarray) -> list[int]:
+        """For each position of ``read``, the index of the newest write up to ``at`` in
+        ``chain`` that wrote it (-1: none)."""
+        writers = self.writers[id(chain)]
+        out = []
+        for p in read.reshape(-1).tolist():
+            indices = writers.get(p)
+            k = bisect.bisect_right(indices, at) - 1 if indices else -1
+            out.append(indices[k] if k >= 0 else -1)  # type: ignore[index]
+        return out
+
+    def newest_box(self, chain: list[_Source], at: int) -> int:
+        boxes = self.boxes[id(chain)]
+        k = bisect.bisect_right(boxes, at) - 1
+        return boxes[k] if k >= 0 else -1
+
+
 def _forward(
-    node: Node,
-    source: _Source,
-    read: np.ndarray,
-    rows_of: Callable[[_Source], np.ndarray],
-    older: Callable[[_Source], _Source | None],
-    builder: GraphBuilder,
+    node: Node, source: _Source, read: np.ndarray, versions: _Versions, builder: GraphBuilder
 ) -> bool:
     """Add the nodes reading ``node``'s positions from the updates of the newest write that
     wrote them all, or from the oldest version before the writes that wrote none of them, or
-    from the first version some but not all of them were written into (``rows_of``: the row
-    each position holds, -1 where unwritten; ``older``: the version a write wrote into, when
-    it too is a write over the same positions)."""
+    from the newest version some but not all of them were written into; never from before a
+    ``SliceUpdate`` none of them were written by (the plan writes boxes in place)."""
     out = node.outputs[0]
-    start = source
-    while True:
-        rows_read = rows_of(source)[read]
-        if read.size and (rows_read >= 0).all():
-            writes = source.writes
-            rows = update_rows(builder, writes)
-            if np.array_equal(rows_read.reshape(-1), np.arange(len(writes.positions))):
-                # every row, in order: the updates themselves, in the read's shape
-                shape = builder.add_constant(np.array(out.shape, np.int64), hint="shape")
-                builder.add("Reshape", [rows, shape], {"allowzero": 1}, outputs=[out])
-            else:
-                select = builder.add_constant(rows_read, hint="rows")
-                builder.add("Gather", [rows, select], {"axis": 0}, outputs=[out])
-            return True
-        if (rows_read >= 0).any() or source.writes.node.op == SLICE_UPDATE:
-            # partly written here, or a box none of whose cells are read (a plan writes boxes
-            # in the data's own buffer, which a read of an older version would keep alive):
-            # read this version, if not the first
-            if source is start:
-                return False
-            data = source.writes.node.outputs[0]
-            break
-        previous = older(source)
-        if previous is None:  # nothing read was written: read the version before the writes
-            data = source.writes.data
-            if source.view is not None:  # seen through the same reshape
-                view = source.view
-                (data,) = builder.add("Reshape", [data, *view.inputs[1:]], view.attrs)
-            break
-        source = previous
+    if source.view is not None:  # seen through a reshape: this write only
+        chain, at = [source], 0
+        kept = versions.rows(source)
+        newest = [0 if p in kept else -1 for p in read.reshape(-1).tolist()]
+    else:
+        chain, at = versions.locate(source)
+        newest = versions.newest(chain, at, read)
+    last = max(newest, default=-1)
+    box = versions.newest_box(chain, at) if source.view is None else -1
+    if source.view is not None and source.writes.node.op == SLICE_UPDATE:
+        box = 0
+    if box > last or (last >= 0 and any(k != last for k in newest)):
+        # a box none of whose cells are read (read its result: the plan writes boxes in
+        # place), or read partly written by the newest write of some: read that version
+        stop = max(box, last)
+        if stop == at:
+            return False
+        data = chain[stop].writes.node.outputs[0]
+    elif last >= 0:  # every position read was written last by this write: its updates
+        writes = chain[last].writes
+        kept = versions.rows(chain[last])
+        rows_read = np.array([kept[p] for p in read.reshape(-1).tolist()], np.int64)
+        rows = update_rows(builder, writes)
+        if np.array_equal(rows_read, np.arange(len(writes.positions))):
+            # every row, in order: the updates themselves, in the read's shape
+            shape = builder.add_constant(np.array(out.shape, np.int64), hint="shape")
+            builder.add("Reshape", [rows, shape], {"allowzero": 1}, outputs=[out])
+        else:
+            select = builder.add_constant(rows_read.reshape(read.shape), hint="rows")
+            builder.add("Gather", [rows, select], {"axis": 0}, outputs=[out])
+        return True
+    else:  # nothing read was written: read the version before the writes
+        data = chain[0].writes.data
+        if source.view is not None:  # seen through the same reshape
+            view = source.view
+            (data,) = builder.add("Reshape", [data, *view.inputs[1:]], view.attrs)
     builder.add(node.op, [data, *node.inputs[1:]], node.attrs, outputs=[out])
     return True
 
@@ -188,13 +267,6 @@ def forward_scatter_reads(graph: ModelGraph, options: DefaultsOptions) -> tuple[
     constants = {id(c.value): c.data for c in graph.constants}
     builder = GraphBuilder(graph.name_scope())
     replacements: dict[str, tuple[Node, ...]] = {}
-    row_maps: dict[int, np.ndarray] = {}
-
-    def rows_of(source: _Source) -> np.ndarray:
-        key = id(source.writes.node)
-        if key not in row_maps:
-            row_maps[key] = row_of_positions(source.writes)
-        return row_maps[key]
 
     def older(source: _Source) -> _Source | None:
         w = source.writes
@@ -204,6 +276,7 @@ def forward_scatter_reads(graph: ModelGraph, options: DefaultsOptions) -> tuple[
         same = previous.writes.dims == w.dims and previous.writes.depth == w.depth
         return previous if same else None
 
+    versions = _Versions(older)
     for node in graph.nodes:
         source = sources.get(id(node.inputs[0])) if node.inputs else None
         if source is None or node.op not in ("Gather", "GatherND", "Slice"):
@@ -213,7 +286,7 @@ def forward_scatter_reads(graph: ModelGraph, options: DefaultsOptions) -> tuple[
             continue
         before = len(builder.nodes)
         builder.source = node.source
-        if _forward(node, source, read, rows_of, older, builder):
+        if _forward(node, source, read, versions, builder):
             replacements[node.name] = builder.nodes[before:]
     if not replacements:
         return graph, 0
