@@ -43,6 +43,7 @@ from .scatter_writes import (
     SLICE_UPDATE,
     ConstantWrites,
     box_positions,
+    last_writes,
     positions_of,
     scatter_writes,
     splice,
@@ -131,16 +132,17 @@ def _slice_positions(
 
 class _Versions:
     """The chains of writes over the same positions (each a write into the result of the one
-    before, oldest first), indexed so that a read finds the newest write of each position it
-    reads by bisection, not by walking every earlier write (a loop of ``acc[[i]] += ...``
-    would make that quadratic in the loop's length)."""
+    before, oldest first), with, per chain, the newest writer of every position so far: a
+    read of a chain's newest version finds the write it reads from without walking every
+    earlier write (a loop of ``acc[[i]] += ...`` would make that quadratic in its length). A
+    read of an older version walks back from it, one vectorized step per write."""
 
     def __init__(self, older: Callable[[_Source], _Source | None]) -> None:
         self.older = older
         self.place: dict[int, tuple[list[_Source], int]] = {}  # id(write) -> (chain, index)
-        self.writers: dict[int, dict[int, list[int]]] = {}  # id(chain) -> position -> indices
+        self.latest: dict[int, np.ndarray] = {}  # id(chain) -> newest writer per position
         self.boxes: dict[int, list[int]] = {}  # id(chain) -> indices of its SliceUpdates
-        self.kept: dict[int, dict[int, int]] = {}  # id(write) -> position -> the row kept
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(write) -> see rows
 
     def locate(self, source: _Source) -> tuple[list[_Source], int]:
         """``source``'s chain and its index there (registering the writes it follows)."""
@@ -155,52 +157,63 @@ class _Versions:
             found = self.place.get(id(source.writes.node))
         for s in reversed(pending):
             if found is None:
-                chain: list[_Source] = []
-                self.writers[id(chain)], self.boxes[id(chain)] = {}, []
+                chain = self._chain(s)
             else:
                 chain, at = found
                 if at != len(chain) - 1:  # a second write into the same version: a branch
-                    chain = self._branch(chain, at)
+                    fork = self._chain(chain[0])
+                    for earlier in chain[1 : at + 1]:
+                        self._append(fork, earlier)
+                    chain = fork
             self._append(chain, s)
             found = (chain, len(chain) - 1)
             self.place[id(s.writes.node)] = found
         assert found is not None
         return found
 
-    def _branch(self, chain: list[_Source], at: int) -> list[_Source]:
-        fork: list[_Source] = []
-        self.writers[id(fork)], self.boxes[id(fork)] = {}, []
-        for s in chain[: at + 1]:
-            self._append(fork, s)
-        return fork
+    def _chain(self, first: _Source) -> list[_Source]:
+        chain: list[_Source] = []
+        self.latest[id(chain)] = np.full(first.writes.cells, -1, np.int64)
+        self.boxes[id(chain)] = []
+        return chain
 
     def _append(self, chain: list[_Source], source: _Source) -> None:
         index = len(chain)
         chain.append(source)
-        writers = self.writers[id(chain)]
-        for p in np.unique(source.writes.positions).tolist():
-            writers.setdefault(p, []).append(index)
+        self.latest[id(chain)][source.writes.positions] = index
         if source.writes.node.op == SLICE_UPDATE:
             self.boxes[id(chain)].append(index)
 
-    def rows(self, source: _Source) -> dict[int, int]:
-        """Each position ``source`` writes -> the row of its updates NumPy leaves there."""
+    def rows(self, source: _Source, read: np.ndarray) -> np.ndarray:
+        """For each position of ``read`` (flat), the row of ``source``'s updates NumPy leaves
+        there, or -1 where it writes none."""
         key = id(source.writes.node)
-        kept = self.kept.get(key)
-        if kept is None:
-            kept = self.kept[key] = {p: r for r, p in enumerate(source.writes.positions.tolist())}
-        return kept
+        if key not in self.kept:
+            kept = last_writes(source.writes.positions)
+            where = source.writes.positions[kept]
+            order = np.argsort(where, kind="stable")
+            self.kept[key] = (where[order], kept[order])
+        where, rows = self.kept[key]
+        flat = read.reshape(-1)
+        at = np.minimum(np.searchsorted(where, flat), max(len(where) - 1, 0))
+        hit = (where[at] == flat) if len(where) else np.zeros(flat.shape, bool)
+        return np.where(hit, rows[at] if len(where) else -1, -1)
 
-    def newest(self, chain: list[_Source], at: int, read: np.ndarray) -> list[int]:
-        """For each position of ``read``, the index of the newest write up to ``at`` in
-        ``chain`` that wrote it (-1: none)."""
-        writers = self.writers[id(chain)]
-        out = []
-        for p in read.reshape(-1).tolist():
-            indices = writers.get(p)
-            k = bisect.bisect_right(indices, at) - 1 if indices else -1
-            out.append(indices[k] if k >= 0 else -1)  # type: ignore[index]
-        return out
+    def newest(self, chain: list[_Source], at: int, read: np.ndarray) -> np.ndarray:
+        """For each position of ``read`` (flat), the index of the newest write up to ``at``
+        in ``chain`` that wrote it (-1: none)."""
+        flat = read.reshape(-1)
+        if at == len(chain) - 1:
+            return self.latest[id(chain)][flat]
+        found = np.full(flat.shape, -1, np.int64)
+        missing = np.ones(flat.shape, bool)
+        for i in range(at, -1, -1):  # an older version: walk back
+            hit = missing & (self.rows(chain[i], flat) >= 0)
+            found[hit] = i
+            missing &= ~hit
+            if not missing.any() or i in self.boxes[id(chain)]:
+                break  # (nothing is read from before a box none of whose cells are read)
+        return found
 
     def newest_box(self, chain: list[_Source], at: int) -> int:
         boxes = self.boxes[id(chain)]
@@ -218,16 +231,14 @@ def _forward(
     out = node.outputs[0]
     if source.view is not None:  # seen through a reshape: this write only
         chain, at = [source], 0
-        kept = versions.rows(source)
-        newest = [0 if p in kept else -1 for p in read.reshape(-1).tolist()]
+        newest = np.where(versions.rows(source, read) >= 0, 0, -1)
+        box = 0 if source.writes.node.op == SLICE_UPDATE else -1
     else:
         chain, at = versions.locate(source)
         newest = versions.newest(chain, at, read)
-    last = max(newest, default=-1)
-    box = versions.newest_box(chain, at) if source.view is None else -1
-    if source.view is not None and source.writes.node.op == SLICE_UPDATE:
-        box = 0
-    if box > last or (last >= 0 and any(k != last for k in newest)):
+        box = versions.newest_box(chain, at)
+    last = int(newest.max()) if newest.size else -1
+    if box > last or (last >= 0 and bool((newest != last).any())):
         # a box none of whose cells are read (read its result: the plan writes boxes in
         # place), or read partly written by the newest write of some: read that version
         stop = max(box, last)
@@ -236,8 +247,7 @@ def _forward(
         data = chain[stop].writes.node.outputs[0]
     elif last >= 0:  # every position read was written last by this write: its updates
         writes = chain[last].writes
-        kept = versions.rows(chain[last])
-        rows_read = np.array([kept[p] for p in read.reshape(-1).tolist()], np.int64)
+        rows_read = versions.rows(chain[last], read)
         rows = update_rows(builder, writes)
         if np.array_equal(rows_read, np.arange(len(writes.positions))):
             # every row, in order: the updates themselves, in the read's shape
