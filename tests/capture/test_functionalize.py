@@ -1267,3 +1267,18 @@ def test_a_closure_kiln_tensor_written_by_the_function_serves_eagerly():
         fn(np.ones(3))
     fn(np.ones(3))
     assert np.asarray(buf).tolist() == [2.0, 2.0, 2.0]
+
+
+def whole_writes(pos, vel):
+    pos[:] = pos + vel * 0.1  # all of pos: the new contents, no positions
+    vel[...] *= 0.5
+    vel[:, :] += pos
+    return pos.sum()
+
+
+@pytest.mark.skipif(ORACLE, reason="a graph exists only for a compiled function")
+def test_whole_writes_record_no_scatter_also_after_a_drift():
+    counted = run_scenario(whole_writes, make_pair, (5, 8))
+    graph = counted.fn.take_graph()
+    ops = {node.op for node in graph.nodes}
+    assert not ops & {"ScatterND", "kiln.SliceUpdate", "Range"}, graph

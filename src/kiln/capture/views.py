@@ -131,6 +131,8 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     ``"max"``, ``"min"``: ``ufunc.at``) is always that ``ScatterND``, combining each value with
     the contents at its position, repeated positions accumulating in index order."""
     root, view = root_of(t)
+    if index is not None and _takes_all(index, t.ndim):
+        index = None  # t[:] = v, t[...] = v: a write of all of t (also for dynamic sizes)
     if isinstance(index, Flat):  # a.flat[i] (np.put, np.fill_diagonal)
         positions = call("Reshape", positions_of(t, view), Tensor._wrap(np.array([-1], np.int64)))
         return index_update_at(root, getitem(positions, index.index), value, reduction)
@@ -176,6 +178,15 @@ def _index_rows(t: Tensor, view: View | None, index: Any) -> Tensor | None:
         if isinstance(index, Tensor) and index.dtype.kind in "iu" and index.ndim:
             return cast(index, np.dtype(np.int64))
     return None
+
+
+def _takes_all(index: Any, ndim: int) -> bool:
+    """Whether ``index`` selects every element of a tensor of ``ndim`` dimensions, in place
+    (whole slices and at most one ``...``, no more entries than dimensions)."""
+    entries = index if isinstance(index, tuple) else (index,)
+    if sum(e is Ellipsis for e in entries) > 1:
+        return False
+    return len([e for e in entries if e is not Ellipsis]) <= ndim and all(map(_whole, entries))
 
 
 def _whole(index: Any) -> bool:
