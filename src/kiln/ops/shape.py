@@ -1892,6 +1892,22 @@ def _constant_of_shape_kernel(shape: np.ndarray, *, value: Any) -> np.ndarray:
     return np.full(tuple(int(d) for d in shape), fill[0], dtype=fill.dtype)
 
 
+def _constant_of_shape_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """A static shape: ``np.zeros(shape, dtype)`` for a zero fill (pages the allocator hands
+    out zeroed, touched first by whoever writes them, as ``np.empty`` + a write in NumPy
+    code), else ``np.full``, with the shape and fill bound once."""
+    shape = outputs[0].shape
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    fill = _fill_value("ConstantOfShape", attrs["value"])
+    zero = fill[0] == 0 and not (fill.dtype.kind == "f" and np.signbit(fill[0]))
+    if zero:
+        return KernelCall("{b0}({b1}, {b2})", (np.zeros, tuple(shape), fill.dtype))
+    return KernelCall("{b0}({b1}, {b2}, {b3})", (np.full, tuple(shape), fill[0], fill.dtype))
+
+
 def _constant_of_shape_samples() -> list[Sample]:
     def ref(shape: np.ndarray, *, value: Any) -> np.ndarray:
         fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(1)
@@ -1920,6 +1936,7 @@ register(
         infer=_constant_of_shape_infer,
         kernel=_constant_of_shape_kernel,
         traits=_SHAPE,
+        fast_kernel=_constant_of_shape_fast,
         samples=_constant_of_shape_samples,
     )
 )
