@@ -487,6 +487,9 @@ class _PlanWriter:
         out = node.outputs[0]
         if not out.shape:
             return None
+        x = self.place.get(id(out))
+        if x is not None and not self._read_after(x, index) and self._may_write(x, index, False):
+            return x  # the new contents of a donated input, put in place (no copy back)
         large = _large(out)
         for v in node.inputs:
             if v is None or id(v) not in self.fresh or id(v) in self.outputs:
@@ -502,9 +505,6 @@ class _PlanWriter:
             if not self._may_write(v, index, atomic=False) or not self._keeps(v, out):
                 continue
             return v
-        x = self.place.get(id(out))
-        if x is not None and not self._read_after(x, index) and self._may_write(x, index, False):
-            return x  # the new contents of a donated input, put in place
         return None
 
     def _hand_out(self) -> list[str]:
