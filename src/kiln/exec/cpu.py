@@ -380,6 +380,8 @@ class _PlanWriter:
         if node.op in _WRITES and _in_place_fits(node) and self._overwritable(node, index):
             self._scatter_in_place(index, node)
             return
+        if node.op == "ReduceSumSquare" and self._square_in_place(index, node):
+            return
         call = _choose(node)
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
         binds = {f"b{k}": self.bind(obj, "k") for k, obj in enumerate(call.binds)}
@@ -449,6 +451,37 @@ class _PlanWriter:
             return False
         atomic = node.attrs.get("reduction", "none") == "none"  # NumPy checks, then assigns
         return self._may_write(base, index, atomic)
+
+    def _square_in_place(self, index: int, node: Node) -> bool:
+        """``ReduceSumSquare(x)`` of a large float ``x`` this run allocated and nothing reads
+        after it: ``np.multiply(x, x, out=x)``, then ReduceSum's reduction of it (what NumPy's
+        ``var`` does: the same values, without a buffer for the squares). False otherwise."""
+        x = node.inputs[0]
+        if x is None or x.dtype.kind != "f" or not _large(x) or id(x) not in self.fresh:
+            return False
+        if id(x) in self.outputs or self.last_use.get(id(x)) != index:
+            return False
+        if any(_choose(self.graph.nodes[r]).returns_view for r in self.readers[id(x)]):
+            return False
+        reduce = get_op("ReduceSum").fast_kernel
+        call = (
+            None
+            if reduce is None
+            else reduce(node.inputs, node.outputs, node.opdef.bind_attrs(node.attrs))
+        )
+        if call is None or not self._may_write(x, index, atomic=False):
+            return False
+        name = self.names[id(x)]
+        self.lines.append(f"{self.bind(np.multiply, 'k')}({name}, {name}, out={name})")
+        binds = {f"b{k}": self.bind(obj, "k") for k, obj in enumerate(call.binds)}
+        out = f"v{self.locals}"
+        self.locals += 1
+        self.names[id(node.outputs[0])] = out
+        self._assign(node, [out], call.template.format(name, **binds))
+        self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
+        self.allocated.update(id(v) for v in node.outputs)
+        self._release(index, node)
+        return True
 
     def _scatter_in_place(self, index: int, node: Node) -> None:
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
