@@ -1282,3 +1282,46 @@ def test_whole_writes_record_no_scatter_also_after_a_drift():
     graph = counted.fn.take_graph()
     ops = {node.op for node in graph.nodes}
     assert not ops & {"ScatterND", "kiln.SliceUpdate", "Range"}, graph
+
+
+# -- t[mask] op= scalar: the same work on all of t, kept where the mask holds -----------------
+
+
+def masked_updates(x):
+    y = x.copy()
+    y[y < 0] *= 0.5  # NumPy: read the masked elements, scale them, write them back
+    y[y > 1] -= y.mean()  # a 0-d operand computed from the data
+    y[np.isnan(y)] = 0.0
+    picked = y[y > 0.5]
+    picked += 1
+    y[y > 0.5] = picked
+    return y, picked.sum()  # the selection is used afterwards too
+
+
+def int_masked_updates(x):
+    y = x.copy()
+    y[y < 0] //= 2
+    y[y > 2] += 3
+    return y
+
+
+@pytest.mark.parametrize(
+    "target, make", [(masked_updates, make_2d(3)), (int_masked_updates, make_2d(4, I64))]
+)
+def test_masked_augmented_assignments_match_numpy(target, make):
+    run_scenario(target, make, (5, 7))
+
+
+@pytest.mark.skipif(ORACLE, reason="a graph exists only for a compiled function")
+def test_masked_augmented_assignment_records_no_data_dependent_positions():
+    def leaky(x):
+        y = x.copy()
+        y[y < 0] *= 0.01
+        return y
+
+    counted = compile_counted(leaky)
+    counted.fn(rand((6, 4), F32, 0))
+    graph = counted.fn.take_graph()
+    ops = [node.op for node in graph.nodes]
+    assert not {"NonZero", "GatherND", "ScatterND"} & set(ops), graph
+    assert ops.count("Where") == 1, graph

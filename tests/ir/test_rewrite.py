@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
-from kiln.ir.rewrite import topological_order
+from kiln.ir.builder import GraphBuilder
+from kiln.ir.rewrite import remove_unused, topological_order
+from kiln.ops.registry import TensorType
 
 
 def graph_of(fn, *args):
@@ -146,3 +148,21 @@ def test_dynamic_replay_raises_numpys_error_for_an_unused_raising_node() -> None
             np.testing.assert_array_equal(cf(first), fn(first))
             with pytest.raises(error):
                 cf(drifted)
+
+
+def test_an_unused_gather_of_a_masks_own_positions_is_removed() -> None:
+    # x[m] with m of x's shape cannot index out of range: unused, it goes (a GatherND of
+    # other indices stays, since it may raise)
+    f32 = np.dtype(np.float32)
+    b = GraphBuilder()
+    x = b.add_input("x", TensorType(f32, (3, 4)))
+    (m,) = b.add("Less", [x, b.add_constant(np.array(0.0, f32))])
+    (nz,) = b.add("NonZero", [m])
+    (idx,) = b.add("Transpose", [nz])
+    b.add("GatherND", [x, idx])
+    other = b.add_input("i", TensorType(np.dtype(np.int64), (2, 2)))
+    b.add("GatherND", [x, other])
+    (y,) = b.add("Neg", [x])
+    graph, _ = remove_unused(b.graph("g", [y]))
+    assert [n.op for n in graph.nodes] == ["GatherND", "Neg"]
+    assert graph.nodes[0].inputs[1] is other

@@ -26,8 +26,9 @@ import numpy as np
 from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOperationError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, NameScope, Node, Value
+from ..ir.rewrite import can_raise
 from ..ops.dispatch import handler_scope, run_kernel
-from ..ops.registry import ELEMENTWISE, VIEW, OpDef, TensorType
+from ..ops.registry import ELEMENTWISE, PURE, VIEW, OpDef, TensorType
 from ..source import user_source
 from ..spec import TensorSpec, check_dynamic_axes_refer
 from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
@@ -268,6 +269,41 @@ class Tracer:
             t = view.parent
             view = getattr(t._trace, "view", None)
         return False
+
+    def masked_update(self, t: Tensor, mask: Tensor, value: Tensor) -> Tensor | None:
+        """All of ``t`` after ``t[mask] = value`` when ``value`` is elementwise work on
+        ``t[mask]`` with 0-d operands only (``t[t < 0] *= 0.01``: NumPy reads the masked
+        elements, scales them, writes them back): the same work on all of ``t``, kept where
+        ``mask`` holds (``Where``), with no positions of a data-dependent count. ``t`` is a
+        root and ``mask`` a boolean of its shape. None when ``value`` is not that."""
+        root, mask_v, v = self.value_of(t), self.value_of(mask), self.value_of(value)
+        recent = {id(o): n for n in self.builder.last_nodes(64) for o in n.outputs}
+        path: list[tuple[Node, int]] = []
+        node = recent.get(id(v))
+        while node is not None and node.op != "GatherND":
+            along = [k for k, x in enumerate(node.inputs) if x is not None and x.shape != ()]
+            elementwise = ELEMENTWISE in node.opdef.traits and PURE in node.opdef.traits
+            if not elementwise or len(along) != 1 or len(node.outputs) != 1 or can_raise(node):
+                return None
+            path.append((node, along[0]))
+            node = recent.get(id(node.inputs[along[0]]))
+        if node is None or node.inputs[0] is not root or node.attrs.get("batch_dims", 0):
+            return None
+        transpose = recent.get(id(node.inputs[1]))
+        nonzero = None if transpose is None else recent.get(id(transpose.inputs[0]))
+        if transpose is None or transpose.op != "Transpose" or transpose.attrs.get("perm"):
+            return None
+        if nonzero is None or nonzero.op != "NonZero" or nonzero.inputs[0] is not mask_v:
+            return None
+        full = root
+        for step, k in reversed(path):
+            inputs = list(step.inputs)
+            inputs[k] = full
+            (full,) = self.builder.add(step.op, inputs, step.attrs, source=user_source())
+        if full.dtype != root.dtype or tuple(full.shape) != tuple(root.shape):
+            return None  # (the dead nodes are left to the optimizer)
+        (new,) = self.builder.add("Where", [mask_v, full, root], source=user_source())
+        return Tensor._abstract(new.type, TraceRef(self, new), None)
 
     def written_inputs(self) -> list[tuple[int, Tensor]]:
         """The inputs a write changed: (input position, the input's recording tensor)."""

@@ -30,6 +30,7 @@ import numpy as np
 from ..functions.inplace import Flat
 from ..functions.operands import cast
 from ..functions.shape import getitem, index_update_at, index_update_rows
+from ..ops.dispatch import current_handler
 from ..ops.registry import OpDef, TensorType
 from ..tensor import Tensor, call, dispatch, rebind
 
@@ -153,6 +154,9 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     masked = _mask_write(t, index, value)
     if masked is not None:
         return written(t, None, masked)
+    updated = _masked_update(t, view, index, value)
+    if updated is not None:
+        return updated
     positions = positions_of(t, view)
     if index is not None:
         positions = getitem(positions, index)
@@ -251,6 +255,18 @@ def _box_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
     if shape != box_shape:
         updates = call("Reshape", updates, _i64(list(box_shape)))
     return call("kiln.SliceUpdate", view.parent, updates, *view.extras)
+
+
+def _masked_update(t: Tensor, view: View | None, index: Any, value: Tensor) -> Tensor | None:
+    """``t[mask] op= scalar`` on a root (``t[t < 0] *= 0.01``): the tracer's
+    ``masked_update`` (a ``Where`` over all of ``t``), or None."""
+    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+    if view is not None or not isinstance(mask, Tensor) or mask.dtype != np.bool_:
+        return None
+    if tuple(mask.shape) != tuple(t.shape):
+        return None
+    update = getattr(current_handler(), "masked_update", None)
+    return None if update is None else update(t, mask, value)
 
 
 def _mask_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:

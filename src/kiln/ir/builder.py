@@ -83,6 +83,10 @@ class GraphBuilder:
         """The nodes added so far, in order (a pass splices them into its graph)."""
         return tuple(self._nodes)
 
+    def last_nodes(self, n: int) -> Sequence[Node]:
+        """The last ``n`` nodes added (without copying all of them, as :attr:`nodes` does)."""
+        return self._nodes[-n:]
+
     @property
     def node_count(self) -> int:
         """How many nodes were added so far (without copying them, as :attr:`nodes` does)."""

@@ -130,6 +130,21 @@ def can_raise(node: Node) -> bool:
     return any(_checks_sizes(v) for v in node.outputs)
 
 
+def _gathers_own_nonzero(node: Node, producer: dict[int, Node]) -> bool:
+    """A ``GatherND(x, Transpose(NonZero(m)))`` with ``m`` of ``x``'s shape (what ``x[m]``
+    records): its indices are in range by construction, so it cannot raise."""
+    if node.op != "GatherND" or node.attrs.get("batch_dims", 0):
+        return False
+    transpose = producer.get(id(node.inputs[1]))
+    if transpose is None or transpose.op != "Transpose" or transpose.attrs.get("perm"):
+        return False
+    nonzero = producer.get(id(transpose.inputs[0]))
+    if nonzero is None or nonzero.op != "NonZero" or nonzero.inputs[0] is None:
+        return False
+    data = node.inputs[0]
+    return data is not None and tuple(nonzero.inputs[0].shape) == tuple(data.shape)
+
+
 def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
     """``graph`` without the nodes and constants no graph output depends on, and how many were
     removed (0: ``graph`` itself comes back). Every kiln operator is pure, so an unused result
@@ -146,11 +161,13 @@ def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
         (1, ['Add'])
     """
     live = {id(v) for v in graph.output_values}
+    producer = {id(v): node for node in graph.nodes for v in node.outputs}
     kept = []
     for node in reversed(graph.nodes):
         # A node that can raise (on its values, or on sizes checked at run time) is live even
         # when unused: the run raises where NumPy would.
-        if any(id(v) in live for v in node.outputs) or can_raise(node):
+        used = any(id(v) in live for v in node.outputs)
+        if used or (can_raise(node) and not _gathers_own_nonzero(node, producer)):
             kept.append(node)
             live.update(id(v) for v in node.inputs if v is not None)
     kept.reverse()
