@@ -192,7 +192,9 @@ def test_topk_infer() -> None:
 # -- the NumPy engine's direct reduce calls (``fast_kernel``) ----------------------------------
 
 
-@pytest.mark.parametrize("op", ["ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize(
+    "op", ["ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2"]
+)
 @pytest.mark.parametrize(
     "dtype", ["float16", "float32", "float64", "int32", "int64", "uint32", "int8", "bool"]
 )
@@ -238,7 +240,10 @@ def test_numpy_engine_reduce_calls_equal_the_kernel(op, dtype, shape, axes, keep
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     fast = opdef.fast_kernel(graph.nodes[0].inputs, graph.nodes[0].outputs, attrs)
-    assert fast is not None and fast.binds[0].__name__ == "reduce"  # the plan's direct call
+    if op in ("ReduceSumSquare", "ReduceL2") and dt.kind != "f":
+        assert fast is None  # integer results are truncated back: the registry kernel
+    else:
+        assert fast is not None and "reduce" in repr(fast.binds)  # the plan's direct call
 
 
 def _allowed(op: str, dt: np.dtype) -> bool:

@@ -160,6 +160,8 @@ def _reduction(
     sample_range: tuple[float, float] = (-3.0, 3.0),
     ufunc: np.ufunc | None = None,
     initial: Callable[[np.dtype], Any] | None = None,
+    fast: Callable[[Sequence[Typed | None], Sequence[Typed], Mapping[str, Any]], KernelCall | None]
+    | None = None,
 ) -> OpDef:
     """Register ``name``: reduce ``data`` over ``axes`` with ``fn(x, axes, keepdims)``.
 
@@ -198,7 +200,7 @@ def _reduction(
             infer=infer,
             kernel=kernel,
             traits=frozenset({REDUCTION, PURE}),
-            fast_kernel=None if ufunc is None else _reduce_fast(ufunc, initial),
+            fast_kernel=fast or (None if ufunc is None else _reduce_fast(ufunc, initial)),
             samples=_reduce_samples(reference, tuple(sample_dtypes), sample_range),
             since_version=18,
             engine_limits=_ORT_EMPTY_OR_NAN
@@ -236,6 +238,33 @@ def _reduce_fast(
         return KernelCall(
             "{b0}({0}, {b1}, None, None, {b2}, {b3})", (ufunc.reduce, axes, keep, start)
         )
+
+    return fast
+
+
+def _squares_fast(
+    root: bool,
+) -> Callable[[Sequence[Typed | None], Sequence[Typed], Mapping[str, Any]], KernelCall | None]:
+    """ReduceSumSquare (``root``: ReduceL2) of a float with plan-time axes:
+    ``np.add.reduce(x * x, axes, dtype, None, keepdims)`` (under ``np.sqrt``), what the
+    kernel computes, in one expression."""
+
+    def fast(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> KernelCall | None:
+        data = inputs[0]
+        if data is None or data.dtype == dtypes.bfloat16 or not dtypes.is_floating(data.dtype):
+            return None
+        axes = _known_axes(len(data.shape), inputs[1] if len(inputs) > 1 else None, attrs)
+        if axes is None:
+            return None
+        call = "{b0}({b1}({0}, {0}), {b2}, {b3}, None, {b4})"
+        binds: tuple[Any, ...] = (np.add.reduce, np.multiply, axes, data.dtype)
+        if root:
+            call, binds = "{b5}(" + call + ")", (*binds, bool(attrs["keepdims"]), np.sqrt)
+        else:
+            binds = (*binds, bool(attrs["keepdims"]))
+        return KernelCall(call, binds)
 
     return fast
 
@@ -560,6 +589,7 @@ _reduction(
     ACCUMULATE_DTYPES,
     _ref_l2,
     (_F32, _F64, _I32),
+    fast=_squares_fast(root=True),
 )
 _reduction(
     "ReduceSumSquare",
@@ -568,6 +598,7 @@ _reduction(
     ACCUMULATE_DTYPES,
     _ref_sum_square,
     (_F64, _I64, _F16),
+    fast=_squares_fast(root=False),
 )
 _reduction(
     "ReduceLogSum",
