@@ -1325,3 +1325,20 @@ def test_masked_augmented_assignment_records_no_data_dependent_positions():
     ops = [node.op for node in graph.nodes]
     assert not {"NonZero", "GatherND", "ScatterND"} & set(ops), graph
     assert ops.count("Where") == 1, graph
+
+
+def two_index_writes(p):
+    g = 6
+    ij = np.minimum((np.abs(p) * g).astype(np.int64), g - 1)
+    occupied = np.zeros((g, g), dtype=bool)
+    occupied[ij[:, 1], ij[:, 0]] = True  # one index array per leading axis: rows of depth 2
+    counts = np.zeros((g, g, 2))
+    counts[ij[:, 0], ij[:, 1]] += 1.0  # repeated cells: NumPy's buffered += counts once
+    counts[ij[:, 0], -ij[:, 1], :] = p[:, :1]
+    np.add.at(counts, (ij[:, 0], ij[:, 1]), p * 2)  # repeats accumulate
+    return occupied, counts
+
+
+@pytest.mark.parametrize("make", [make_2d(2)])
+def test_writes_by_one_index_array_per_leading_axis(make):
+    run_scenario(two_index_writes, make, (9, 13))

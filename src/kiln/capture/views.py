@@ -139,7 +139,7 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
         return index_update_at(root, getitem(positions, index.index), value, reduction)
     rows = _index_rows(t, view, index)
     if rows is not None:
-        return index_update_rows(root, rows, value, reduction)
+        return index_update_rows(root, rows[0], value, reduction, depth=rows[1])
     if reduction != "none":
         positions = positions_of(t, view)
         if index is not None:
@@ -163,24 +163,49 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     return index_update_at(root, positions, value)
 
 
-def _index_rows(t: Tensor, view: View | None, index: Any) -> Tensor | None:
-    """``index`` itself as the rows of the root it writes, when ``t`` is a root and ``index``
-    is one integer array on axis 0 (then whole slices or ``...``): no ``Gather`` of an iota,
-    and a ``ScatterND`` of whole rows (``ScatterND`` takes negative rows, and raises on ones
-    out of range, as NumPy's indexing does)."""
-    if view is None and t.ndim >= 1:
-        if isinstance(index, tuple) and index:
-            index, rest = index[0], index[1:]
-            if not all(_whole(r) for r in rest) or sum(r is Ellipsis for r in rest) > 1:
-                return None
-        if isinstance(index, list) and any(isinstance(e, Tensor) for e in index):
-            return None
-        if isinstance(index, (list, np.ndarray)):
-            index = np.asarray(index)
-            if index.dtype.kind in "iu" and index.ndim:
-                return Tensor._wrap(index.astype(np.int64))
-        if isinstance(index, Tensor) and index.dtype.kind in "iu" and index.ndim:
-            return cast(index, np.dtype(np.int64))
+def _index_rows(t: Tensor, view: View | None, index: Any) -> tuple[Tensor, int] | None:
+    """``index`` itself as the index rows of the root it writes, and how many leading axes
+    they address, when ``t`` is a root and ``index`` is one integer array per leading axis,
+    all of one shape (then whole slices or ``...``): one array as it is, ``k`` of them stacked
+    on a last axis of ``k``, for a
+    ``ScatterND`` of whole blocks (no ``Gather`` of an iota; ``ScatterND`` takes negative
+    indices, and raises on ones out of range, as NumPy's indexing does). One array on axis 0
+    (``w[idx] -= g``) is the common case; ``occ[iy, ix] = True`` is two."""
+    if view is not None or t.ndim < 1:
+        return None
+    entries = index if isinstance(index, tuple) else (index,)
+    arrays = []
+    for entry in entries:
+        array = _int_array(entry)
+        if array is None:
+            break
+        arrays.append(array)
+    rest = entries[len(arrays) :]
+    if not arrays or len(arrays) > t.ndim or not all(_whole(r) for r in rest):
+        return None
+    if sum(r is Ellipsis for r in rest) > 1 or len(arrays) + len(rest) > t.ndim + 1:
+        return None
+    if len(arrays) == 1:
+        return arrays[0], 1
+    shape = tuple(arrays[0].shape)
+    if any(tuple(a.shape) != shape for a in arrays):
+        return None  # (broadcast index arrays: the general path)
+    minus_one = Tensor._wrap(np.array([-1], np.int64))
+    columns = [call("Unsqueeze", a, minus_one) for a in arrays]
+    return call("Concat", *columns, axis=-1), len(arrays)
+
+
+def _int_array(entry: Any) -> Tensor | None:
+    """An index entry that is an integer array (of at least one dimension), as int64."""
+    if isinstance(entry, list) and any(isinstance(e, Tensor) for e in entry):
+        return None
+    if isinstance(entry, (list, np.ndarray)):
+        array = np.asarray(entry)
+        if array.dtype.kind in "iu" and array.ndim:
+            return Tensor._wrap(array.astype(np.int64))
+        return None
+    if isinstance(entry, Tensor) and entry.dtype.kind in "iu" and entry.ndim:
+        return cast(entry, np.dtype(np.int64))
     return None
 
 

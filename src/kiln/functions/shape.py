@@ -1216,12 +1216,15 @@ def index_update_at(x: Tensor, positions: Tensor, value: Any, reduction: str = "
     return call("Reshape", updated, call("Shape", x), allowzero=1)
 
 
-def index_update_rows(x: Tensor, rows: Tensor, value: Any, reduction: str = "none") -> Tensor:
+def index_update_rows(
+    x: Tensor, rows: Tensor, value: Any, reduction: str = "none", depth: int = 1
+) -> Tensor:
     """A new tensor equal to ``x`` with the rows ``rows`` (an int64 tensor of indices into
     axis 0; negative ones count from the end) set to ``value``, broadcast to ``rows.shape +
     x.shape[1:]`` and cast to ``x``'s dtype: NumPy's ``x[rows] = value``, the last write
     winning, or ``ufunc.at`` with a ``reduction``. One ``ScatterND`` whose index rows address
-    axis 0, so each writes a whole row of ``x``.
+    axis 0, so each writes a whole row of ``x``. With ``depth`` k > 1, ``rows`` holds one
+    index per leading axis on its last axis of k (``x[i, j] = value`` for arrays ``i, j``).
 
     Example:
         >>> import kiln
@@ -1230,7 +1233,8 @@ def index_update_rows(x: Tensor, rows: Tensor, value: Any, reduction: str = "non
         [[7, 8], [3, 4], [7, 8]]
     """
     v = constant(value, x.dtype) if is_scalar(value) else cast(as_tensor(value), x.dtype)
-    target = (*rows.shape, *x.shape[1:])
+    lead = tuple(rows.shape) if depth == 1 else tuple(rows.shape[:-1])
+    target = (*lead, *x.shape[depth:])
     extra = v.ndim - len(target)
     if extra > 0:  # NumPy drops leading size-1 axes of the value
         if not all(_static(d) and d == 1 for d in v.shape[:extra]):
@@ -1246,10 +1250,10 @@ def index_update_rows(x: Tensor, rows: Tensor, value: Any, reduction: str = "non
                 f"shape {format_shape(target)}"
             )
     if tuple(v.shape) != target:
-        shape = call("Shape", rows)
-        if x.ndim > 1:
-            shape = call("Concat", shape, call("Shape", x, start=1), axis=0)
+        shape = call("Shape", rows) if depth == 1 else call("Shape", rows, end=-1)
+        if x.ndim > depth:
+            shape = call("Concat", shape, call("Shape", x, start=depth), axis=0)
         v = call("Expand", v, shape)
-    where = call("Unsqueeze", rows, _i64([-1]))
+    where = call("Unsqueeze", rows, _i64([-1])) if depth == 1 else rows
     attrs = {} if reduction == "none" else {"reduction": reduction}
     return call("ScatterND", x, where, v, **attrs)
