@@ -63,3 +63,37 @@ def test_mask_writes_run_in_the_buffer_they_write():
     (got,) = plan.run_arrays([given])
     np.testing.assert_array_equal(got, np.clip(x * 2, -1, 1))
     np.testing.assert_array_equal(given, x)  # the input is never written by the pure run
+
+
+def test_rows_of_a_fill_are_computed_in_the_result():
+    x = np.random.default_rng(3).standard_normal((6, 50))
+    a = np.random.default_rng(4).standard_normal(50)
+
+    def recurrence(x, a):
+        out = np.empty_like(x)
+        out[0] = x[0]
+        for i in range(1, x.shape[0]):
+            out[i] = out[i - 1] * a + x[i]  # each row read by the next one, then kept
+        return out, out[2] * 1.0
+
+    plan = _plan(recurrence, x, a)
+    assert re.search(r"out=v\d+\[k\d+\]\.reshape", plan.source), plan.source
+    got, row = plan.run_arrays([x.copy(), a.copy()])
+    want, want_row = recurrence(x, a)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(row, want_row)
+    assert not np.shares_memory(got, row)
+
+
+def test_a_concat_part_that_is_also_a_result_is_not_computed_in_place():
+    x = np.random.default_rng(5).standard_normal((4, 8))
+
+    def parts(x):
+        top = x[:2] * 2.0
+        return np.concatenate([top, x[2:] + 1.0]), top
+
+    plan = _plan(parts, x)
+    joined, top = plan.run_arrays([x.copy()])
+    np.testing.assert_array_equal(joined, np.concatenate([x[:2] * 2.0, x[2:] + 1.0]))
+    np.testing.assert_array_equal(top, x[:2] * 2.0)
+    assert not np.shares_memory(joined, top)

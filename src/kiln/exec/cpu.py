@@ -290,6 +290,11 @@ class _PlanWriter:
         self.raises_from: list[bool] = []
         if donate:
             self._donate(donate)
+        # Concat parts computed straight into the Concat's result (see _plan_concats):
+        # part value (by id) -> (id of the Concat node, index bounds along its axis).
+        self.placed: dict[int, tuple[int, tuple[slice, ...]]] = {}
+        self.concat_buffers: dict[int, str] = {}  # id(Concat node) -> its buffer's name
+        self._plan_concats()
 
     def _donate(self, donate: Mapping[int, int]) -> None:
         """Lend the run the buffers of the inputs ``donate`` names (see CpuPlan.donating): each
@@ -325,6 +330,95 @@ class _PlanWriter:
         if buffer not in self.donors or id(out) not in self.outputs:
             return True
         return self.donors[buffer] == id(out) or self.place.get(id(out)) is not None
+
+    def _plan_concats(self) -> None:
+        """Which parts of each ``Concat`` a ufunc computes straight into the Concat's result
+        (``out=`` a slice of it, allocated once): a part a ufunc makes (possibly through a
+        reshape that only the Concat reads), read by other steps only, no graph output. A
+        row-by-row fill (``out[i] = f(...)``, lowered to a Concat of its rows) then writes
+        each row once, as NumPy did, instead of copying them all at the end. Only where the
+        slices are contiguous (every axis before the Concat's is of size 1)."""
+        for node in self.graph.nodes:
+            if node.op != "Concat" or len({id(v) for v in node.inputs}) != len(node.inputs):
+                continue
+            out = node.outputs[0]
+            if not _static(out.shape) or not out.shape:
+                continue
+            axis = node.opdef.bind_attrs(node.attrs)["axis"] % len(out.shape)
+            if math.prod(out.shape[:axis]) != 1:  # type: ignore[arg-type]
+                continue
+            start = 0
+            for part in node.inputs:
+                assert part is not None
+                if not _static(part.shape):
+                    break
+                stop = start + int(part.shape[axis])  # type: ignore[arg-type]
+                maker = self._part_maker(part, node)
+                if maker is not None:
+                    box = (slice(None),) * axis + (slice(start, stop),)
+                    self.placed[id(maker.outputs[0])] = (id(node), box)
+                start = stop
+
+    def _part_maker(self, part: Value, concat: Node) -> Node | None:
+        """The ufunc step making Concat ``part``, directly or through a reshape only the
+        Concat reads; None when it cannot compute into the Concat's result."""
+        if id(part) in self.outputs or self.readers.get(id(part)) != [
+            self.graph.nodes.index(concat)
+        ]:
+            return None
+        maker = self.producer.get(id(part))
+        if maker is not None and maker.op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten"):
+            value = maker.inputs[0]
+            if value is None or id(value) in self.outputs:
+                return None
+            maker = self.producer.get(id(value))
+        if maker is None or len(maker.outputs) != 1 or _choose(maker).ufunc is None:
+            return None
+        made = maker.outputs[0]
+        if made.dtype != part.dtype or not _static(made.shape) or id(made) in self.outputs:
+            return None
+        return maker if _numel(made.shape) == _numel(part.shape) else None
+
+    def _concat_target(self, node: Node) -> str | None:
+        """``out=`` for a step placed in a Concat's result (allocated at the first one)."""
+        placed = self.placed.get(id(node.outputs[0]))
+        if placed is None:
+            return None
+        concat_id, box = placed
+        buffer = self.concat_buffers.get(concat_id)
+        if buffer is None:
+            concat = next(n for n in self.graph.nodes if id(n) == concat_id)
+            out = concat.outputs[0]
+            buffer = self.concat_buffers[concat_id] = f"v{self.locals}"
+            self.locals += 1
+            empty, shape = self.bind(np.empty, "k"), self.bind(tuple(out.shape), "k")
+            self.lines.append(f"{buffer} = {empty}({shape}, {self.bind(out.dtype, 'k')})")
+        made = node.outputs[0]
+        return f"{buffer}[{self.bind(box, 'k')}].reshape({self.bind(tuple(made.shape), 'k')})"
+
+    def _concat_into(self, index: int, node: Node) -> bool:
+        """A Concat some of whose parts were computed in its result: copy the others in."""
+        buffer = self.concat_buffers.get(id(node))
+        if buffer is None:
+            return False
+        out = node.outputs[0]
+        axis = node.opdef.bind_attrs(node.attrs)["axis"] % len(out.shape)
+        start = 0
+        for part in node.inputs:
+            assert part is not None
+            stop = start + int(part.shape[axis])  # type: ignore[arg-type]
+            maker = self.producer.get(id(part))
+            inner = maker.inputs[0] if maker is not None and maker.opdef.is_view else None
+            placed = any(v is not None and id(v) in self.placed for v in (part, inner))
+            if not placed:
+                box = self.bind((slice(None),) * axis + (slice(start, stop),), "k")
+                self.lines.append(f"{buffer}[{box}] = {self.names[id(part)]}")
+            start = stop
+        self.names[id(out)] = buffer
+        self.fresh.add(id(out))
+        self.allocated.add(id(out))
+        self._release(index, node)
+        return True
 
     def _may_write(self, v: Value, index: int, atomic: bool) -> bool:
         """Whether step ``index`` may write into ``v``'s buffer: always, unless the buffer is a
@@ -382,6 +476,8 @@ class _PlanWriter:
             return
         if node.op == "ReduceSumSquare" and self._square_in_place(index, node):
             return
+        if node.op == "Concat" and self._concat_into(index, node):
+            return
         call = _choose(node)
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
         binds = {f"b{k}": self.bind(obj, "k") for k, obj in enumerate(call.binds)}
@@ -392,13 +488,16 @@ class _PlanWriter:
             self.names[id(v)] = f"v{self.locals}"
             self.locals += 1
         target = self._reuse_target(node, index, call)
-        if target is not None:
+        into_concat = self._concat_target(node) if call.ufunc is not None else None
+        if into_concat is not None:
+            text = text[:-1] + f", out={into_concat})"
+        elif target is not None:
             text = text[:-1] + f", out={self.names[id(target)]})"
             self._wrote(index, node.outputs[0], target)
         elif node.op == "Identity" and node.inputs[0] is not None:
             self._wrote(index, node.outputs[0], node.inputs[0])  # the kernel returns its input
         self._assign(node, out_names, text)
-        if not call.returns_view:
+        if not call.returns_view and into_concat is None:  # (a slice of a Concat is not)
             self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
             self.allocated.update(id(v) for v in node.outputs)
         self._release(index, node)
