@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import collections
 import threading
+import warnings
 
 import numpy as np
 import pytest
 
 import kiln
-from kiln.errors import CaptureError, GraphNotFinalizedError, InputMismatchError
+from kiln.errors import CaptureError, CaptureWarning, GraphNotFinalizedError, InputMismatchError
 
 from ..numerics import assert_close
 
@@ -274,3 +275,13 @@ def test_broadcasting_a_dynamic_size_against_a_static_one_pins_it():
     with pytest.warns(kiln.errors.CaptureWarning, match=r"Add .*pins the dynamic size"):
         tg = kiln.trace(lambda x: x + ones(3), ones(3), dynamic_axes={"x": [0]})
     assert tg.graph.inputs[0].shape == (3,)
+
+
+def test_a_function_without_tensor_inputs_warns_that_everything_was_baked():
+    weights = np.arange(3.0)
+    with pytest.warns(CaptureWarning, match="no tensor inputs"):
+        tg = kiln.trace(lambda: weights * 2)
+    assert list(tg.graph.input_names) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an input: no warning
+        kiln.trace(lambda x: x * weights, np.ones(3))

@@ -242,4 +242,12 @@ def trace(
     graph = tracer.finish(name, tensors, names)
     for _, _, message in tracer.pins:
         warnings.warn(message, CaptureWarning, stacklevel=2)
+    if not graph.input_values:
+        warnings.warn(
+            f"kiln.trace({name}): the function takes no tensor inputs, so everything it read "
+            "was baked into the graph as constants and every run gives the same result; pass "
+            "the arrays it computes from as arguments",
+            CaptureWarning,
+            stacklevel=2,
+        )
     return TracedGraph(graph, in_spec, outputs)
