@@ -235,3 +235,19 @@ def test_numpy_functions_taking_numbers_specialize_the_size():
     x = np.ones((4, 2))
     _check(cf(x), fn(x))
     assert cf.recapture_count == 1
+
+
+def test_an_unused_reshape_that_numpy_refuses_on_an_empty_array_still_raises():
+    # fuzz 7:1081: the reshape's result is dead, but at size 0 NumPy raises on its -1
+    def f(a):
+        a.reshape(a.shape[0] * a.shape[-1], -1)
+        return a.sum(axis=0)
+
+    cf = kiln.compile(f, dynamic=True)
+    a = np.arange(6, dtype=np.float32).reshape(3, 2)
+    _check(cf(a), f(a))
+    _check(cf(a), f(a))
+    with pytest.raises(ValueError, match="cannot reshape"):
+        f(np.zeros((0, 2), np.float32))
+    with pytest.raises(ValueError, match="cannot reshape"):
+        cf(np.zeros((0, 2), np.float32))

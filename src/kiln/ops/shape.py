@@ -361,6 +361,21 @@ def _reshape_kernel(data: np.ndarray, shape: np.ndarray, *, allowzero: int) -> n
     return data.reshape(target)
 
 
+def _reshape_may_raise(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """OpDef.raises_on_values: a reshape of a size only known at run time raises where NumPy
+    does when its target is computed then, or holds -1 (an empty array makes -1 ambiguous:
+    ``cannot reshape array of size 0 into shape (0,newaxis)``); a static one never does."""
+    data, shape = inputs[0], inputs[1] if len(inputs) > 1 else None
+    if data is None or all(isinstance(d, int) for d in data.shape):
+        return False
+    target = getattr(getattr(shape, "type", shape), "value", None)
+    if target is None:
+        return True
+    return any(isinstance(t, (int, np.integer)) and t == -1 for t in target)
+
+
 def _reshape_samples() -> list[Sample]:
     ref = _reshape_reference
     out = []
@@ -405,6 +420,7 @@ register(
         traits=_VIEW,
         samples=_reshape_samples,
         fast_kernel=_static_reshape_fast,
+        raises_on_values=_reshape_may_raise,
     )
 )
 
