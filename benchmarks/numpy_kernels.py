@@ -21,8 +21,9 @@ For every kernel, with a fresh ``kiln.compile(fn)``:
   ``recaptures`` (more captures than one, two for drifting sizes: a value guard or a static
   value changes every call), or ``error`` (the compiled call raised); the reason is the first
   warning or ``explain`` line;
-* **first call**: the compiled function's first call (capture, optimize, finalize, engine
-  selection) in ms; the engines' libraries are imported before the first kernel;
+* **first call**: the compiled function's first call (capture, optimize, finalize on the
+  NumPy plan; other engines are chosen in the background) in ms; the engines' libraries are
+  imported before the first kernel;
 * **speedup**: plain time / compiled time at steady state: the median of the ratios of 11
   interleaved pairs of batches (plain, compiled, plain, ...), so that load on a shared machine
   hits both sides of a pair alike; ``numpy`` and ``kiln`` are each side's median time.
@@ -275,7 +276,9 @@ def write_docs(table: str) -> None:
         "fallback (state Fallback or a CaptureWarning), or recaptures (more captures than one, "
         "two for drifting sizes); "
         "*captures*: captures / re-captures; "
-        "*first call*: capture + optimize + finalize + engine selection; *speedup*: NumPy time / "
+        "*first call*: capture + optimize + finalize on the NumPy plan (other engines are "
+        "chosen in the background, and the steady timing waits for that choice); *speedup*: "
+        "NumPy time / "
         "kiln time, the median ratio of 11 interleaved pairs of batches; in parentheses when "
         "the answer is wrong (not counted in the geometric mean). The machine is shared (2 "
         "cores, other processes running): timings are noisy, ratios within ~20% of 1.0 are not "

@@ -38,11 +38,7 @@ corpus = _load_corpus()
 # Kernels that do not give NumPy's answer today, with the issue-11 item (or later issue) that
 # covers the cause. strict=False: they pass as soon as that work lands.
 _ISSUE12 = "needs in-place functionalization (issue 12)"
-KNOWN_FAILURES: dict[str, str] = {
-    "branch_on_size": (
-        "issue 11 item 7: if x.shape[0] > 6 raises TypeError on the dynamic re-capture"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}
 # (dft_matrix and rotate_phasors, a complex Python scalar times a tensor: NumPy computes them
 # through the ufunc protocol now, served eagerly; issue 11 item 8 is complex capture.)
 

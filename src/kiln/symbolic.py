@@ -463,7 +463,7 @@ def _from_kiln(depth: int) -> bool:
     or the first frame above it outside NumPy) is kiln's own."""
     frame = sys._getframe(depth + 1)
     name = frame.f_globals.get("__name__", "")
-    while name.startswith("numpy") and frame.f_back is not None:
+    while (name == "numpy" or name.startswith("numpy.")) and frame.f_back is not None:
         frame = frame.f_back
         name = frame.f_globals.get("__name__", "")
     return name == "kiln" or name.startswith("kiln.")

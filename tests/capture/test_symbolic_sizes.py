@@ -3,6 +3,7 @@ Python number, in comparisons and in NumPy calls gives NumPy's answer on every c
 
 from __future__ import annotations
 
+import types
 import warnings
 
 import numpy as np
@@ -251,3 +252,16 @@ def test_an_unused_reshape_that_numpy_refuses_on_an_empty_array_still_raises():
         f(np.zeros((0, 2), np.float32))
     with pytest.raises(ValueError, match="cannot reshape"):
         cf(np.zeros((0, 2), np.float32))
+
+
+def test_a_size_compared_in_a_module_named_like_numpy_is_the_users():
+    # A user module called numpy_kernels (or numpy_utils) is not NumPy: its comparison of a
+    # dynamic size records a guard (it raised TypeError before)
+    module = types.ModuleType("numpy_kernels_user")
+    exec(  # noqa: S102 - a function whose globals are that module's
+        "def f(x):\n    return x[:2] * 2 if x.shape[0] > 6 else x * 3\n", module.__dict__
+    )
+    cf = kiln.compile(module.f, dynamic=True)
+    for n in (8, 8, 3, 9):
+        x = np.arange(n, dtype=np.float64)
+        _check(cf(x), module.f(x))
