@@ -292,7 +292,7 @@ class _PlanWriter:
             self._donate(donate)
         # Concat parts computed straight into the Concat's result (see _plan_concats):
         # part value (by id) -> (id of the Concat node, index bounds along its axis).
-        self.placed: dict[int, tuple[int, tuple[slice, ...]]] = {}
+        self.placed: dict[int, tuple[Node, tuple[slice, ...]]] = {}
         self.concat_buffers: dict[int, str] = {}  # id(Concat node) -> its buffer's name
         self._plan_concats()
 
@@ -356,7 +356,7 @@ class _PlanWriter:
                 maker = self._part_maker(part, node)
                 if maker is not None:
                     box = (slice(None),) * axis + (slice(start, stop),)
-                    self.placed[id(maker.outputs[0])] = (id(node), box)
+                    self.placed[id(maker.outputs[0])] = (node, box)
                 start = stop
 
     def _part_maker(self, part: Value, concat: Node) -> Node | None:
@@ -384,12 +384,11 @@ class _PlanWriter:
         placed = self.placed.get(id(node.outputs[0]))
         if placed is None:
             return None
-        concat_id, box = placed
-        buffer = self.concat_buffers.get(concat_id)
+        concat, box = placed
+        buffer = self.concat_buffers.get(id(concat))
         if buffer is None:
-            concat = next(n for n in self.graph.nodes if id(n) == concat_id)
             out = concat.outputs[0]
-            buffer = self.concat_buffers[concat_id] = f"v{self.locals}"
+            buffer = self.concat_buffers[id(concat)] = f"v{self.locals}"
             self.locals += 1
             empty, shape = self.bind(np.empty, "k"), self.bind(tuple(out.shape), "k")
             self.lines.append(f"{buffer} = {empty}({shape}, {self.bind(out.dtype, 'k')})")
@@ -538,12 +537,7 @@ class _PlanWriter:
         itself or through a view. (A chain of functionalized writes then updates one buffer,
         as the NumPy code it came from does, even when each version is read, through a slice,
         before the next write.)"""
-        base = node.inputs[_WRITES[node.op][0]]
-        while base is not None and id(base) not in self.fresh:
-            maker = self.producer.get(id(base))
-            if maker is None or not maker.opdef.is_view or maker.op == "Expand":
-                return False  # an input, a constant, or maybe a read-only broadcast
-            base = maker.inputs[0]
+        base = self._fresh_base(node.inputs[_WRITES[node.op][0]])
         if base is None or id(base) in self.outputs or self._read_after(base, index):
             return False
         if not self._keeps(base, node.outputs[0]):
@@ -551,16 +545,31 @@ class _PlanWriter:
         atomic = node.attrs.get("reduction", "none") == "none"  # NumPy checks, then assigns
         return self._may_write(base, index, atomic)
 
+    def _fresh_base(self, v: Value | None) -> Value | None:
+        """The buffer this run allocated (``fresh``) that ``v`` is, or is a view of through
+        view operators; None for an input's, a constant's, or maybe a read-only broadcast."""
+        while v is not None and id(v) not in self.fresh:
+            maker = self.producer.get(id(v))
+            if maker is None or not maker.opdef.is_view or maker.op == "Expand":
+                return None
+            v = maker.inputs[0]
+        return v
+
+    def _dead_after(self, v: Value, index: int) -> bool:
+        """Whether ``v``'s buffer may be overwritten by step ``index``: the run allocated it,
+        no graph output holds it, that step reads it last, and no step made a view of it."""
+        if id(v) not in self.fresh or id(v) in self.outputs or self.last_use.get(id(v)) != index:
+            return False
+        if any(_choose(self.graph.nodes[r]).returns_view for r in self.readers[id(v)]):
+            return False
+        return self._may_write(v, index, atomic=False)
+
     def _square_in_place(self, index: int, node: Node) -> bool:
         """``ReduceSumSquare(x)`` of a large float ``x`` this run allocated and nothing reads
         after it: ``np.multiply(x, x, out=x)``, then ReduceSum's reduction of it (what NumPy's
         ``var`` does: the same values, without a buffer for the squares). False otherwise."""
         x = node.inputs[0]
-        if x is None or x.dtype.kind != "f" or not _large(x) or id(x) not in self.fresh:
-            return False
-        if id(x) in self.outputs or self.last_use.get(id(x)) != index:
-            return False
-        if any(_choose(self.graph.nodes[r]).returns_view for r in self.readers[id(x)]):
+        if x is None or x.dtype.kind != "f" or not _large(x) or not self._dead_after(x, index):
             return False
         reduce = get_op("ReduceSum").fast_kernel
         call = (
@@ -568,7 +577,7 @@ class _PlanWriter:
             if reduce is None
             else reduce(node.inputs, node.outputs, node.opdef.bind_attrs(node.attrs))
         )
-        if call is None or not self._may_write(x, index, atomic=False):
+        if call is None:
             return False
         name = self.names[id(x)]
         self.lines.append(f"{self.bind(np.multiply, 'k')}({name}, {name}, out={name})")
@@ -599,10 +608,8 @@ class _PlanWriter:
             self.lines.append(f"{name} = {fn}({', '.join(args)})")
         self.fresh.add(id(node.outputs[0]))
         self.allocated.add(id(node.outputs[0]))
-        base = node.inputs[position]
-        while base is not None and id(base) not in self.fresh:  # through views, as above
-            base = self.producer[id(base)].inputs[0]
-        assert base is not None
+        base = self._fresh_base(node.inputs[position])
+        assert base is not None  # (_overwritable found it)
         self._wrote(index, node.outputs[0], base)
         self._release(index, node)
 
@@ -624,19 +631,12 @@ class _PlanWriter:
             return x  # the new contents of a donated input, put in place (no copy back)
         large = _large(out)
         for v in node.inputs:
-            if v is None or id(v) not in self.fresh or id(v) in self.outputs:
+            if v is None or v.dtype != out.dtype or tuple(v.shape) != tuple(out.shape):
                 continue
             if not large and self.buffer.get(id(v), id(v)) not in self.donors:
                 continue
-            if self.last_use.get(id(v)) != index or v.dtype != out.dtype:
-                continue
-            if tuple(v.shape) != tuple(out.shape):
-                continue
-            if any(_choose(self.graph.nodes[r]).returns_view for r in self.readers[id(v)]):
-                continue
-            if not self._may_write(v, index, atomic=False) or not self._keeps(v, out):
-                continue
-            return v
+            if self._dead_after(v, index) and self._keeps(v, out):
+                return v
         return None
 
     def _hand_out(self) -> list[str]:
