@@ -1190,6 +1190,7 @@ def flat_access(x):
     x.flat[[0, 2]] = 7.0  # into the caller's array
     y = x.T.copy()
     y.T.flat[1:3] = x.flat[-2:] * 2  # through a transposed view of a created array
+    y.flat[...] = y.ravel() * 2  # all of it, flat (a Flat index is a tuple: not t[...])
     return y, x.flat[3]
 
 

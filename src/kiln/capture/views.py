@@ -132,11 +132,11 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     ``"max"``, ``"min"``: ``ufunc.at``) is always that ``ScatterND``, combining each value with
     the contents at its position, repeated positions accumulating in index order."""
     root, view = root_of(t)
-    if index is not None and _takes_all(index, t.ndim):
-        index = None  # t[:] = v, t[...] = v: a write of all of t (also for dynamic sizes)
-    if isinstance(index, Flat):  # a.flat[i] (np.put, np.fill_diagonal)
+    if isinstance(index, Flat):  # a.flat[i] (np.put, np.fill_diagonal); before the tuple forms
         positions = call("Reshape", positions_of(t, view), Tensor._wrap(np.array([-1], np.int64)))
         return index_update_at(root, getitem(positions, index.index), value, reduction)
+    if index is not None and _takes_all(index, t.ndim):
+        index = None  # t[:] = v, t[...] = v: a write of all of t (also for dynamic sizes)
     rows = _index_rows(t, view, index)
     if rows is not None:
         return index_update_rows(root, rows[0], value, reduction, depth=rows[1])
