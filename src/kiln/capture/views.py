@@ -278,7 +278,7 @@ def _box_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
     if tuple(value.shape) != shape:
         updates = call("Expand", value, _i64(list(shape)))
     if shape != box_shape:
-        updates = call("Reshape", updates, _i64(list(box_shape)))
+        updates = call("Reshape", updates, _i64(list(box_shape)), allowzero=1)  # sizes known
     return call("kiln.SliceUpdate", view.parent, updates, *view.extras)
 
 

@@ -65,6 +65,7 @@ class GraphBuilder:
         self._refine = refine
         self._inputs: list[Value] = []
         self._constants: list[Constant] = []
+        self._constant_data: dict[int, np.ndarray] = {}
         self._nodes: list[Node] = []
         self._node_names: set[str] = set()
 
@@ -125,7 +126,12 @@ class GraphBuilder:
             self.scope.reserve(name)
         value = Value(name, asarray(array).type)
         self._constants.append(Constant(value, array))
+        self._constant_data[id(value)] = array
         return value
+
+    def constant_data(self, value: Value) -> np.ndarray | None:
+        """The contents of ``value`` when it is a constant this builder added, else None."""
+        return self._constant_data.get(id(value))
 
     # -- nodes ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from .. import dtypes
 from ..dtypes import dtype_from_onnx_code, onnx_dtype_code
 from ..errors import OpArgumentError
 from ..symbolic import Dim, dim_max, dim_min, floordiv, format_shape, mod
+from . import batching
 from .registry import (
     COMMUTATIVE,
     ELEMENTWISE,
@@ -1229,6 +1230,7 @@ register(
         infer=_clip_infer,
         kernel=_clip_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
+        batch=batching.elementwise_first_only,
         fast_kernel=_clip_fast,
         samples=_clip_samples,
         engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
@@ -1482,6 +1484,7 @@ register(
         infer=_prelu_infer,
         kernel=_prelu_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
+        batch=batching.elementwise_into_first,
         samples=_prelu_samples,
     )
 )

@@ -18,6 +18,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError
 from ..symbolic import Dim, Shape, broadcast_dim, format_shape
+from . import batching
 from .registry import (
     PURE,
     Attr,
@@ -231,6 +232,7 @@ register(
         since_version=13,
         cost=_product_cost,
         fast_kernel=_matmul_fast,
+        batch=batching.matmul,
     )
 )
 

@@ -25,6 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import Dim, dim_min, floordiv, format_shape
+from . import batching
 from .registry import (
     Attr,
     EngineLimit,
@@ -196,6 +197,7 @@ for _name, _kernel, _log in (
             infer=_softmax_infer(_name),
             kernel=_kernel,
             samples=_softmax_samples(_log),
+            batch=batching.axis_attr(),
             cost=8,
             # float64 results measured against NumPy's (tools/engine_ulps.py; issue 10)
             engine_limits=float64_differs(**_SOFTMAX_FLOAT64_ULPS[_name]),

@@ -26,6 +26,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import Dim, Shape, SymDim, format_shape
+from . import batching
 from .registry import (
     PURE,
     REDUCTION,
@@ -200,6 +201,7 @@ def _reduction(
             infer=infer,
             kernel=kernel,
             traits=frozenset({REDUCTION, PURE}),
+            batch=batching.axes_input(),
             fast_kernel=fast or (None if ufunc is None else _reduce_fast(ufunc, initial)),
             samples=_reduce_samples(reference, tuple(sample_dtypes), sample_range),
             since_version=18,
@@ -664,6 +666,7 @@ def _arg_reduction(name: str, pick: Callable[..., np.ndarray], doc: str) -> OpDe
             infer=infer,
             kernel=kernel,
             traits=frozenset({REDUCTION, PURE}),
+            batch=batching.axis_attr(),
             samples=_arg_samples(largest=name == "ArgMax"),
             engine_limits={"onnxruntime": _ORT_DROPS_NAN},
             since_version=13,

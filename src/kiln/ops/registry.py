@@ -47,6 +47,7 @@ __all__ = [
     "OpDef",
     "NodeBuilder",
     "ExpandFn",
+    "BatchFn",
     "REQUIRED",
     "register",
     "get_op",
@@ -173,6 +174,14 @@ class NodeBuilder(Protocol):
         named) and return its output values; ``outputs`` are existing values it defines."""
         ...
 
+    def add_constant(self, data: Any, *, hint: str = "const") -> Any:
+        """A constant holding ``data`` (small integer vectors carry their contents)."""
+        ...
+
+    def constant_data(self, value: Any) -> np.ndarray | None:
+        """The contents of ``value`` when it is a constant this builder added, else None."""
+        ...
+
 
 # ``expand(builder, inputs, attrs, outputs)``: for a kiln-domain (fused) operator, add to
 # ``builder`` ONNX-domain nodes that compute the node's ``outputs`` from its ``inputs`` (None:
@@ -180,6 +189,14 @@ class NodeBuilder(Protocol):
 # node's own values (``builder.add(..., outputs=[...])``), so the rest of the graph still reads
 # them. kiln.ir.expand_node runs it.
 ExpandFn = Callable[[NodeBuilder, Sequence[Any], Mapping[str, Any], Sequence[Any]], None]
+
+
+# ``batch(builder, op, inputs, batched, attrs)``: operator ``op`` over a batch, where input i
+# has a leading batch axis when ``batched[i]`` and is shared otherwise; returns the outputs,
+# batch axis first, or None where the rule does not cover the node. See kiln.ops.batching.
+BatchFn = Callable[
+    [NodeBuilder, str, Sequence[Any], Sequence[bool], Mapping[str, Any]], "Sequence[Any] | None"
+]
 
 
 # -- what engines read of a record beyond the kernel -----------------------------------------
@@ -416,6 +433,10 @@ class OpDef:
             power, an index out of range): True, or a :data:`NodeRule` narrowing it to some
             nodes. Such a node is kept even when its result is unused
             (:func:`kiln.ir.rewrite.remove_unused`), so a run raises where NumPy does.
+        batch: How the operator runs over a batch of inputs at once (a
+            :class:`kiln.ops.batching.BatchRule`), for the loop vectorizer; None: the
+            elementwise rule for an elementwise operator, else none (see
+            :func:`kiln.ops.batching.batching_rule`).
     """
 
     name: str
@@ -438,6 +459,7 @@ class OpDef:
     fast_kernel: NodeRule[KernelCall | None] | None = None
     engine_limits: Mapping[str, EngineLimit] = field(default_factory=dict)
     raises_on_values: bool | NodeRule[bool] = False
+    batch: Any = None  # a kiln.ops.batching.BatchRule (defined over this module)
     # Precomputed from ``traits`` for the eager door, which reads it on every call: whether
     # the kernel may return a view of its first input (the ``VIEW`` trait).
     is_view: bool = field(init=False, repr=False, compare=False)

@@ -30,6 +30,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import Dim, SymDim, dim_max, dim_min, floordiv, format_shape, fresh_symbol, prod
+from . import batching
 from .folding import FOLDING_LIMITS
 from .registry import (
     DATA_DEPENDENT_SHAPE,
@@ -418,6 +419,7 @@ register(
         infer=_reshape_infer,
         kernel=_reshape_kernel,
         traits=_VIEW,
+        batch=batching.reshape,
         samples=_reshape_samples,
         fast_kernel=_static_reshape_fast,
         raises_on_values=_reshape_may_raise,
@@ -481,6 +483,7 @@ register(
         infer=_transpose_infer,
         kernel=_transpose_kernel,
         traits=_VIEW,
+        batch=batching.transpose,
         samples=_transpose_samples,
         fast_kernel=_transpose_fast,
     )
@@ -651,6 +654,7 @@ register(
         infer=_squeeze_infer,
         kernel=_squeeze_kernel,
         traits=_VIEW,
+        batch=batching.axes_input(),
         samples=_squeeze_samples,
         fast_kernel=_static_reshape_fast,
     )
@@ -665,6 +669,7 @@ register(
         infer=_unsqueeze_infer,
         kernel=_unsqueeze_kernel,
         traits=_VIEW,
+        batch=batching.axes_input(output_rank=True),
         samples=_unsqueeze_samples,
         fast_kernel=_static_reshape_fast,
     )
@@ -866,6 +871,7 @@ register(
         infer=_concat_infer,
         kernel=_concat_kernel,
         traits=_LAYOUT,
+        batch=batching.concat,
         samples=_concat_samples,
     )
 )
@@ -1156,6 +1162,7 @@ register(
         infer=_slice_infer,
         kernel=_slice_kernel,
         traits=_VIEW,
+        batch=batching.slice_,
         fast_kernel=_slice_fast,
         samples=_slice_samples,
     )
@@ -1239,6 +1246,7 @@ register(
         infer=_gather_infer,
         kernel=_gather_kernel,
         traits=_LAYOUT,
+        batch=batching.gather,
         samples=_gather_samples,
         raises_on_values=_index_may_be_out_of_range,
     )

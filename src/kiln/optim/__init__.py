@@ -18,6 +18,7 @@ from .pipeline import default_pipeline, run_pipeline
 from .simplify_algebra import simplify_algebra
 from .specialize import specialize_graph
 from .transform import DefaultsOptions, OptimizeReport, Transform, transform
+from .vectorize_loops import vectorize_loops
 
 __all__ = [
     "DefaultsOptions",
@@ -40,4 +41,5 @@ __all__ = [
     "specialize_graph",
     "run_pipeline",
     "transform",
+    "vectorize_loops",
 ]

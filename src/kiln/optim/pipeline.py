@@ -5,7 +5,8 @@ One iteration runs, in order:
 0. dead code elimination first: a trace holds results nothing reads (the reads a write into a
    slice records, views made and dropped), and the passes after it need not look at them;
 1. folding and simplification: shapes and constants fold, algebraic identities apply, and
-   common subexpressions merge (so later patterns see one ``x - mean`` instead of two);
+   common subexpressions merge (so later patterns see one ``x - mean`` instead of two), and
+   the iterations of an unrolled loop are batched back into array operations;
 2. pattern fusions onto registry operators: LayerNorm, RMSNorm, GELU, softmax, then attention
    (it matches the ``Softmax`` node the softmax fusion made);
 3. matrix products: transposes fold into Gemm flags, MatMul + bias becomes Gemm;
@@ -47,6 +48,7 @@ from .fuse_softmax import fuse_softmax
 from .lower_contiguous_writes import lower_contiguous_writes
 from .simplify_algebra import simplify_algebra
 from .transform import DefaultsOptions, OptimizeReport, Transform
+from .vectorize_loops import vectorize_loops
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph
@@ -98,6 +100,7 @@ def default_pipeline(elementwise_fusion: bool = False) -> list[Transform]:
         forward_scatter_reads,
         lower_contiguous_writes,
         eliminate_common_subexpressions,
+        vectorize_loops,  # unrolled loops (a Concat of alike iterations) batched back
         eliminate_dead_code,
         fuse_layer_norm,
         fuse_rms_norm,

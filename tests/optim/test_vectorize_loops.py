@@ -1,0 +1,192 @@
+"""vectorize_loops: the iterations of an unrolled Python loop batched back into array ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.optim import DefaultsOptions, vectorize_loops
+from kiln.optim.pipeline import default_pipeline
+
+from .graphs import ops, run, traced
+
+RNG = np.random.default_rng(7)
+
+
+def optimized(fn, *args, defaults=None):
+    """The recorded graph after the default pipeline (vectorize_loops included)."""
+    g = traced(fn, *args)
+    g.optimize(defaults=defaults)
+    g.verify()
+    return g
+
+
+def distance_matrix(x):
+    n = x.shape[0]
+    D = np.zeros((n, n), x.dtype)
+    for i in range(n):
+        D[i] = np.sqrt(((x - x[i]) ** 2).sum(axis=1))
+    return D
+
+
+def row_normalize(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = x[i] / x[i].sum()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [3, 4, 17])
+def test_distance_matrix_has_no_per_row_nodes(dtype, n):
+    x = RNG.standard_normal((n, 3)).astype(dtype)
+    g = optimized(distance_matrix, x)
+    assert len(g.nodes) <= 6, ops(g)  # a Gather, then the body once
+    assert "Concat" not in ops(g) and ops(g).count("Sqrt") == 1
+    y = RNG.standard_normal((n, 3)).astype(dtype)
+    got = run(g, y)[0]
+    np.testing.assert_array_equal(got, distance_matrix(y), strict=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_loop_matches_numpy_bit_for_bit(dtype):
+    x = RNG.uniform(0.1, 1.0, (9, 64)).astype(dtype)
+    g = optimized(row_normalize, x)
+    assert ops(g).count("ReduceSum") == 1 and "Concat" not in ops(g)
+    y = RNG.uniform(0.1, 1.0, (9, 64)).astype(dtype)
+    np.testing.assert_array_equal(run(g, y)[0], row_normalize(y), strict=True)
+
+
+def test_compiled_function_serves_the_batched_graph():
+    f = kiln.compile(row_normalize)
+    for _ in range(3):
+        x = RNG.uniform(0.1, 1.0, (6, 5))
+        got = f(x)
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, row_normalize(x), strict=True)
+    assert ops(f.take_graph()).count("Div") == 1
+
+
+def test_a_different_first_iteration_keeps_its_part():
+    def fn(x):
+        out = np.empty_like(x)
+        out[0] = x[0]
+        for i in range(1, x.shape[0]):
+            out[i] = x[i] * 2.0 + x[i - 1]
+        return out
+
+    x = RNG.standard_normal((7, 4))
+    g = optimized(fn, x)
+    assert ops(g).count("Mul") == 1 and ops(g).count("Add") == 1
+    y = RNG.standard_normal((7, 4))
+    np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
+
+
+def test_columns_stacked_along_an_inner_axis():
+    def fn(x):
+        return np.stack([np.tanh(x[:, j]) * 3.0 for j in range(x.shape[1])], axis=1)
+
+    x = RNG.standard_normal((5, 6)).astype(np.float32)
+    g = optimized(fn, x)
+    assert ops(g).count("Tanh") == 1
+    y = RNG.standard_normal((5, 6)).astype(np.float32)
+    np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
+
+
+def test_blocks_of_unequal_length_batch_the_equal_ones():
+    def fn(x):
+        return np.stack([x[i : i + 3].mean(axis=0) for i in range(0, x.shape[0], 3)])
+
+    x = RNG.standard_normal((10, 4))  # blocks of 3, 3, 3 and a last one of 1
+    g = optimized(fn, x)
+    assert ops(g).count("ReduceMean") == 2  # the batch of three, and the short block
+    y = RNG.standard_normal((10, 4))
+    np.testing.assert_allclose(run(g, y)[0], fn(y), rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
+
+
+def test_nested_loop_fills_without_per_element_nodes():
+    def fn(x):
+        n = x.shape[0]
+        D = np.zeros((n, n))
+        for i in range(n):
+            for j in range(n):
+                D[i, j] = np.abs(x[i] - x[j]).max()
+        return D
+
+    x = RNG.standard_normal((6, 3))
+    g = optimized(fn, x)
+    assert ops(g).count("ReduceMax") == 1, ops(g)
+    y = RNG.standard_normal((6, 3))
+    np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
+
+
+def test_matrix_products_batch_only_when_reassociation_is_allowed():
+    def fn(x, w):
+        return np.array([np.tanh(row @ w) for row in x])
+
+    x, w = RNG.standard_normal((8, 16)), RNG.standard_normal(16)
+    assert ops(optimized(fn, x, w)).count("MatMul") == 8
+    g = optimized(fn, x, w, defaults=DefaultsOptions(allow_reassociation=True))
+    assert ops(g).count("MatMul") == 1
+    y, v = RNG.standard_normal((8, 16)), RNG.standard_normal(16)
+    np.testing.assert_allclose(run(g, y, v)[0], fn(y, v), rtol=1e-13)
+
+
+def test_iterations_that_differ_are_left_alone():
+    def fn(x):
+        return np.concatenate([np.exp(x[0:1]), np.tanh(x[1:2]), np.sin(x[2:3]), x[3:4] * 2])
+
+    x = RNG.standard_normal((4, 3))
+    g = traced(fn, x)
+    g.optimize([p for p in default_pipeline() if p is not vectorize_loops])
+    out, n = vectorize_loops(g)
+    assert n == 0 and out is g
+
+
+def test_a_recurrence_is_not_batched():
+    def fn(x):
+        rows = [x[0]]
+        for _ in range(5):
+            rows.append(rows[-1] * 0.5 + 1.0)
+        return np.stack(rows)
+
+    x = RNG.standard_normal((2, 3))
+    g = optimized(fn, x)
+    assert ops(g).count("Mul") == 5  # each row needs the one before
+    y = RNG.standard_normal((2, 3))
+    np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
+
+
+def test_random_draws_in_a_loop_stay_per_iteration():
+    def fn(x):
+        return np.stack([x[i] + np.random.standard_normal(3) for i in range(4)])
+
+    f = kiln.compile(fn)
+    x = RNG.standard_normal((4, 3))
+    np.random.seed(3)
+    f(x)
+    np.random.seed(5)
+    got = f(x)
+    np.random.seed(5)
+    np.testing.assert_array_equal(got, fn(x), strict=True)
+
+
+def test_pass_is_idempotent_and_verifies():
+    x = RNG.standard_normal((5, 3))
+    g = traced(distance_matrix, x)
+    g.optimize([p for p in default_pipeline() if p is not vectorize_loops])
+    once, n = vectorize_loops(g)
+    once.verify()
+    assert n == 1
+    assert vectorize_loops(once)[1] == 0
+
+
+def test_empty_rows_and_single_column():
+    x = np.zeros((4, 0))
+    g = optimized(row_normalize, x)
+    np.testing.assert_array_equal(run(g, np.zeros((4, 0)))[0], row_normalize(np.zeros((4, 0))))
+    x = RNG.uniform(0.1, 1, (4, 1)).astype(np.float32)
+    g = optimized(row_normalize, x)
+    np.testing.assert_array_equal(run(g, x)[0], row_normalize(x), strict=True)
