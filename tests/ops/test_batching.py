@@ -136,3 +136,33 @@ def test_rules_cover_the_loop_operators() -> None:
         "MatMul",
     ):
         assert name in names, name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, flags",
+    [
+        ((64,), (64,), (True, False)),  # row @ w: one dot per row
+        ((64,), (64,), (True, True)),
+        ((64,), (64, 7), (True, False)),  # row @ W
+        ((9, 64), (64,), (True, False)),
+        ((9, 64), (64, 7), (True, False)),
+        ((9, 64), (64,), (False, True)),  # W @ column
+        ((64,), (64, 7), (False, True)),
+        ((9, 64), (64, 7), (False, True)),
+        ((9, 64), (64, 7), (True, True)),
+    ],
+)
+def test_matmul_batches_bit_for_bit_at_blas_sizes(dtype, a_shape, b_shape, flags):
+    """Where BLAS would sum in another order were the batch folded into a bigger matrix, the
+    rule keeps one product per iteration: equal to the loop's products bit for bit."""
+    rng = np.random.default_rng(1)
+    a = [rng.standard_normal(a_shape).astype(dtype) for _ in range(5)]
+    b = [rng.standard_normal(b_shape).astype(dtype) for _ in range(5)]
+    want = np.stack(
+        [np.matmul(a[i] if flags[0] else a[0], b[i] if flags[1] else b[0]) for i in range(5)]
+    )
+    builder = GraphBuilder()
+    args = [builder.add_constant(np.stack(v) if flag else v[0]) for v, flag in zip((a, b), flags)]
+    (out,) = batching.matmul.fn(builder, "MatMul", args, list(flags), {})
+    np.testing.assert_array_equal(_evaluate(builder, [out])[0], want, strict=True)

@@ -13,10 +13,11 @@ that loop as it is). Constant inputs carry their contents in their type (``Tenso
 when small, which is how a rule reads axes, shapes and the per-iteration slice starts.
 
 A rule computes, for each iteration, exactly what the operator computes alone, in the same
-order of operations (elementwise arithmetic, data movement, reductions along the same axes);
-a rule whose batched form may round differently (a matrix product batched into one BLAS call
-sums in another order) says ``reassociates=True``, and is used only where
-``DefaultsOptions.allow_reassociation`` allows. ``tests/ops/test_batching.py`` checks every
+order of operations (elementwise arithmetic, data movement, reductions along the same axes, a
+matrix product per iteration as a batch axis of one ``MatMul``, so NumPy makes the same BLAS
+call per iteration as the loop did); a rule whose batched form may round differently says
+``reassociates=True``, and is used only where ``DefaultsOptions.allow_reassociation``
+allows. ``tests/ops/test_batching.py`` checks every
 rule of the registry against the operator run once per iteration.
 """
 
@@ -74,8 +75,8 @@ def _ints(v: Any) -> tuple[int, ...] | None:
     return tuple(int(d) for d in value)
 
 
-def _const(builder: NodeBuilder, values: Sequence[int]) -> Any:
-    return builder.add_constant(np.asarray(values, np.int64), hint="axes")
+def _const(builder: NodeBuilder, values: Sequence[int], hint: str = "axes") -> Any:
+    return builder.add_constant(np.asarray(values, np.int64), hint=hint)
 
 
 def _batch_size(inputs: Sequence[Any], batched: Sequence[bool]) -> Any:
@@ -234,7 +235,7 @@ def _reshape_fn(
         return None
     if attrs.get("allowzero") and 0 in target:
         return None
-    return builder.add(op, [inputs[0], _const(builder, (size, *target))], attrs)
+    return builder.add(op, [inputs[0], _const(builder, (size, *target), "shape")], attrs)
 
 
 reshape = BatchRule(_reshape_fn)
@@ -347,13 +348,36 @@ def _gather_slices(
             ],
         )[0]
     axis, positions = indices[0]
-    picked = builder.add_constant(positions, hint="positions")
-    # Gather puts the (n, length) positions where the axis was: move the batch axis first.
-    (gathered,) = builder.add("Gather", [value, picked], {"axis": axis})
+    gathered = _contiguous(builder, value, axis, positions)
+    if gathered is None:
+        picked = builder.add_constant(positions, hint="positions")
+        (gathered,) = builder.add("Gather", [value, picked], {"axis": axis})
+    # The (n, length) positions are where the axis was: move the batch axis first.
     if axis == 0:
         return (gathered,)
     perm = (axis, *range(axis), *range(axis + 1, rank + 1))
     return builder.add("Transpose", [gathered], {"perm": perm})
+
+
+def _contiguous(builder: NodeBuilder, data: Any, axis: int, positions: np.ndarray) -> Any:
+    """``Gather(data, positions, axis)`` as a slice split in two axes (a view, not a copy)
+    when the positions run evenly forward (``x[i]`` for ``i`` in order), else None."""
+    flat = positions.reshape(-1)
+    shape = data.shape
+    if flat.size == 0 or not all(isinstance(d, int) for d in shape):
+        return None
+    step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+    if step <= 0 or not np.array_equal(flat, flat[0] + step * np.arange(flat.size)):
+        return None
+    start = int(flat[0])
+    ends = start + step * flat.size
+    bounds = [
+        _const(builder, [v], hint)
+        for v, hint in zip((start, ends, axis, step), ("starts", "ends", "axes", "steps"))
+    ]
+    (run,) = builder.add("Slice", [data, *bounds])
+    target = [*shape[:axis], *positions.shape, *shape[axis + 1 :]]
+    return builder.add("Reshape", [run, _const(builder, target, "shape")], {"allowzero": 1})[0]
 
 
 def _rows(builder: NodeBuilder, v: Any) -> list[tuple[int, ...]] | None:
@@ -430,16 +454,35 @@ def _matmul_fn(
     batched: Sequence[bool],
     attrs: Mapping[str, Any],
 ) -> Sequence[Any] | None:
+    # The batch becomes a leading batch axis of the product, never rows of a bigger matrix:
+    # NumPy then runs each iteration's product by itself (the same BLAS call as the loop ran,
+    # so the same rounding). A batched vector becomes a batch of 1-row (or 1-column) matrices.
     a, b = inputs
     ra, rb = _rank(a, batched[0]), _rank(b, batched[1])
-    if batched[0] and not batched[1]:
-        # (n, k) @ (k,) or (k, p): row by row; (n, m, k) @ (k,) or (k, p): broadcast.
-        ok = rb <= 2 if ra == 1 else rb <= 2 or ra >= rb
-    elif batched[1] and not batched[0]:
-        ok = rb >= 2 and (ra <= 2 or rb >= ra)  # (m, k) @ (n, k, p) broadcasts over n
-    else:
-        ok = ra >= 2 and ra == rb  # batched matrices on both sides
-    return builder.add(op, [a, b], attrs) if ok else None
+    if ra == 0 or rb == 0:
+        return None
+    squeeze = []
+    if batched[0] and ra == 1:
+        (a,) = builder.add("Unsqueeze", [a, _const(builder, [1])])  # (n, 1, k)
+        ra, squeeze = 2, [-2 if rb >= 2 else -1]
+    if batched[1] and rb == 1:
+        (b,) = builder.add("Unsqueeze", [b, _const(builder, [2])])  # (n, k, 1)
+        rb = 2
+        squeeze = [-2, -1] if squeeze else [-1]
+    # Each side's batch axes (beyond the matrix) must line up: the batched side has one more
+    # than the shared side, so the shared side must not have more batch axes than it.
+    full_a = ra + (1 if batched[0] else 0)
+    full_b = rb + (1 if batched[1] else 0)
+    if batched[0] and not batched[1] and rb > 2 and full_a < full_b + 1:
+        return None
+    if batched[1] and not batched[0] and ra > 2 and full_b < full_a + 1:
+        return None
+    if batched[0] and batched[1] and ra != rb:
+        return None
+    (out,) = builder.add(op, [a, b], attrs)
+    if squeeze:
+        (out,) = builder.add("Squeeze", [out, _const(builder, squeeze)])
+    return (out,)
 
 
-matmul = BatchRule(_matmul_fn, reassociates=True)
+matmul = BatchRule(_matmul_fn)

@@ -14,8 +14,9 @@ result is laid out as the ``Concat`` was. A 64-row distance matrix goes from 449
 Parts that are not all isomorphic are grouped into runs of consecutive isomorphic parts (the
 first row of a loop computed differently still lets the rest vectorize). Batching keeps each
 iteration's arithmetic: elementwise operations and data movement are exact, reductions reduce
-the same elements along the same axis; a rule that may round differently (a matrix product
-batched into one BLAS call) is used only where ``DefaultsOptions.allow_reassociation`` allows.
+the same elements along the same axis, a matrix product stays one product per iteration (a
+batch axis of ``MatMul``); a rule that may round differently is used only where
+``DefaultsOptions.allow_reassociation`` allows.
 Operators without a rule (random draws, operators with side effects or data-dependent shapes)
 leave their loop as it is.
 """
