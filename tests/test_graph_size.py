@@ -118,6 +118,8 @@ def _growth(workload: str, stage: str) -> tuple[float, str]:
         _measured[workload] = [_work(make, n * k) for k in (1, 2, 4)]
     small, middle, large = (w[stage] for w in _measured[workload])
     nodes = [w["nodes"] for w in _measured[workload]]
+    if middle == small:  # constant work (a stage over a graph vectorize_loops batched)
+        return (0.0 if large == middle else float("inf")), f"{stage} of {workload}: constant"
     growth = (large - middle) / (middle - small)
     return growth, f"{stage} of {workload}: {nodes} nodes, {[small, middle, large]} calls"
 

@@ -189,3 +189,107 @@ def test_empty_rows_and_single_column():
     x = RNG.uniform(0.1, 1, (4, 1)).astype(np.float32)
     g = optimized(row_normalize, x)
     np.testing.assert_array_equal(run(g, x)[0], row_normalize(x), strict=True)
+
+
+def test_blocks_varying_along_two_axes():
+    def local_max(grid):
+        h, w = grid.shape
+        out = np.empty((h - 2, w - 2), grid.dtype)
+        for i, j in np.ndindex(h - 2, w - 2):
+            out[i, j] = grid[i : i + 3, j : j + 3].max()
+        return out
+
+    grid = RNG.standard_normal((6, 7)).astype(np.float32)
+    g = optimized(local_max, grid)
+    assert ops(g).count("ReduceMax") == 1, ops(g)
+    other = RNG.standard_normal((6, 7)).astype(np.float32)
+    np.testing.assert_array_equal(run(g, other)[0], local_max(other), strict=True)
+
+
+def test_three_d_blocks_with_a_shared_axis():
+    def fn(v):
+        return np.stack([v[:, i : i + 2, ::2].sum(axis=(1, 2)) for i in range(v.shape[1] - 1)])
+
+    v = RNG.standard_normal((3, 5, 4))
+    g = optimized(fn, v)
+    assert ops(g).count("ReduceSum") == 1, ops(g)
+    other = RNG.standard_normal((3, 5, 4))
+    np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_running_sum_stored_row_by_row_is_one_cumsum(dtype):
+    def fn(x):
+        out = np.empty_like(x)
+        out[0] = x[0]
+        for i in range(1, x.shape[0]):
+            out[i] = out[i - 1] + x[i] * 2
+        return out
+
+    x = (RNG.standard_normal((12, 5)) * 100).astype(dtype)
+    g = optimized(fn, x)
+    assert ops(g).count("CumSum") == 1 and ops(g).count("Add") == 0, ops(g)
+    other = (RNG.standard_normal((12, 5)) * 100).astype(dtype)
+    np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)
+
+
+def test_running_sum_of_a_shared_step():
+    def fn(x):
+        rows = [x]
+        for _ in range(6):
+            rows.append(rows[-1] + 0.1)
+        return np.stack(rows)
+
+    x = RNG.standard_normal(4)
+    g = optimized(fn, x)
+    assert ops(g).count("CumSum") == 1, ops(g)
+    other = RNG.standard_normal(4)
+    np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_accumulation_into_one_value_is_summed_in_the_loop_order(dtype):
+    def fn(x, w):
+        total = np.zeros(x.shape[1], x.dtype)
+        for i in range(x.shape[0]):
+            total = total + x[i] * w[i]
+        return total
+
+    x = (RNG.standard_normal((40, 6)) * 100).astype(dtype)
+    w = (RNG.standard_normal(40) * 10).astype(dtype)
+    g = optimized(fn, x, w)
+    assert ops(g).count("Add") == 0 and ops(g).count("CumSum") == 1, ops(g)
+    x2 = (RNG.standard_normal((40, 6)) * 100).astype(dtype)
+    w2 = (RNG.standard_normal(40) * 10).astype(dtype)
+    np.testing.assert_array_equal(run(g, x2, w2)[0], fn(x2, w2), strict=True)
+
+
+def test_accumulation_of_scalars_from_zero():
+    def fn(x):
+        total = 0.0
+        for i in range(x.shape[0]):
+            total += x[i] ** 2
+        return total
+
+    x = RNG.standard_normal(25)
+    g = optimized(fn, x)
+    assert ops(g).count("CumSum") == 1, ops(g)
+    other = RNG.standard_normal(25)
+    np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)
+
+
+def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():
+    def fn(x):
+        total = x[0]
+        for i in range(1, 5):
+            total = total + x[i]
+        half = total * 0.5
+        for i in range(5, 8):
+            total = total + x[i]
+        return total, half
+
+    x = RNG.standard_normal((8, 3))
+    g = optimized(fn, x)
+    other = RNG.standard_normal((8, 3))
+    for got, want in zip(run(g, other), fn(other)):
+        np.testing.assert_array_equal(got, want, strict=True)

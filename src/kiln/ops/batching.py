@@ -333,20 +333,22 @@ def _gather_slices(
         if len({len(p) for p in picks}) != 1:
             return None  # iterations take different lengths: no one batched shape
         indices.append((axis, np.stack(picks).astype(np.int64)))
-    if len(indices) != 1:
-        return None  # several varying axes would need an outer product of gathers: left alone
+    if not indices:
+        return None
     value = data
     if fixed:
         value = builder.add(
             "Slice",
             [
                 value,
-                _const(builder, [f[1] for f in fixed]),
-                _const(builder, [f[2] for f in fixed]),
+                _const(builder, [f[1] for f in fixed], "starts"),
+                _const(builder, [f[2] for f in fixed], "ends"),
                 _const(builder, [f[0] for f in fixed]),
-                _const(builder, [f[3] for f in fixed]),
+                _const(builder, [f[3] for f in fixed], "steps"),
             ],
         )[0]
+    if len(indices) > 1:
+        return _gather_blocks(builder, value, indices)
     axis, positions = indices[0]
     gathered = _contiguous(builder, value, axis, positions)
     if gathered is None:
@@ -356,6 +358,44 @@ def _gather_slices(
     if axis == 0:
         return (gathered,)
     perm = (axis, *range(axis), *range(axis + 1, rank + 1))
+    return builder.add("Transpose", [gathered], {"perm": perm})
+
+
+def _gather_blocks(
+    builder: NodeBuilder, data: Any, indices: list[tuple[int, np.ndarray]]
+) -> Sequence[Any] | None:
+    """Shared ``data`` read at a block per iteration whose bounds vary along several axes
+    (``grid[i:i + 3, j:j + 3]``): the varying axes are moved first and merged into one, each
+    iteration's block becomes flat positions into it, one ``Gather`` reads them all, and the
+    axes go back in order, the batch first."""
+    shape = data.shape
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    axes = sorted(a for a, _ in indices)
+    positions = dict(indices)
+    others = [a for a in range(len(shape)) if a not in positions]
+    n = next(iter(positions.values())).shape[0]
+    flat = np.zeros((n,) + (1,) * len(axes), np.int64)  # becomes (n, length per axis...)
+    stride = 1
+    for k in reversed(range(len(axes))):  # the position in the merged axis, row-major
+        rows = positions[axes[k]]
+        along = [n] + [1] * len(axes)
+        along[1 + k] = rows.shape[1]
+        flat = flat + rows.reshape(along) * stride
+        stride *= shape[axes[k]]
+    value = data
+    if axes != list(range(len(axes))):
+        (value,) = builder.add("Transpose", [value], {"perm": (*axes, *others)})
+    target = [stride, *(shape[a] for a in others)]
+    (value,) = builder.add("Reshape", [value, _const(builder, target, "shape")], {"allowzero": 1})
+    picked = builder.add_constant(flat.astype(np.int64), hint="positions")
+    (gathered,) = builder.add("Gather", [value, picked], {"axis": 0})
+    # Now (batch, *varying axes, *other axes): put every axis back where it was.
+    where = {a: 1 + i for i, a in enumerate(axes)}
+    where.update({a: 1 + len(axes) + i for i, a in enumerate(others)})
+    perm = (0, *(where[a] for a in range(len(shape))))
+    if perm == tuple(range(len(perm))):
+        return (gathered,)
     return builder.add("Transpose", [gathered], {"perm": perm})
 
 

@@ -267,26 +267,144 @@ def _laid_out(
     return builder.add("Reshape", [value, constant], attrs, outputs=[define])[0]
 
 
+def _unit_free(shape: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(d for d in shape if not (isinstance(d, int) and d == 1))
+
+
+def _canonical(v: Value, producer: Mapping[int, tuple[Node, int]]) -> Value:
+    """``v`` before any reshapes that only add or drop size-1 axes (a row written as
+    ``out[i] = row`` is recorded as a ``(1, n)`` reshape of the ``(n,)`` row)."""
+    while (made := producer.get(id(v))) is not None and made[0].op in _UNIT_RESHAPES:
+        source = made[0].inputs[0]
+        if source is None or _unit_free(source.shape) != _unit_free(v.shape):
+            break
+        v = source
+    return v
+
+
+_UNIT_RESHAPES = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _step(parts: Sequence[Value], i: int, producer: Mapping[int, tuple[Node, int]]) -> Value | None:
+    """``g`` when ``parts[i] = parts[i - 1] + g`` up to size-1 axes (a running sum stored row
+    by row)."""
+    made = producer.get(id(_canonical(parts[i], producer)))
+    if made is None or made[0].op != "Add" or parts[i].dtype not in _CUMULATIVE_DTYPES:
+        return None
+    previous = _canonical(parts[i - 1], producer)
+    a, b = made[0].inputs
+    if a is None or b is None:
+        return None
+    a_is, b_is = _canonical(a, producer) is previous, _canonical(b, producer) is previous
+    if a_is and not b_is:
+        return b
+    if b_is and not a_is:
+        return a
+    return None
+
+
+def _chains(matcher: _Matcher, parts: Sequence[Value], taken: set[int]) -> list[tuple[int, int]]:
+    """Maximal runs ``[start, stop)`` of parts, none in ``taken``, each after the first being
+    the one before plus an alike term, of at least :data:`MIN_ITERATIONS` parts."""
+    chains = []
+    start = 0
+    for i in range(1, len(parts) + 1):
+        if (
+            i < len(parts)
+            and i not in taken
+            and i - 1 not in taken
+            and parts[i].shape == parts[i - 1].shape
+            and _step(parts, i, matcher.producer) is not None
+        ):
+            continue
+        if i - start >= MIN_ITERATIONS:
+            chains.append((start, i))
+        start = i
+    return chains
+
+
+# Dtypes whose running sum NumPy computes exactly as the loop's additions (np.cumsum adds in
+# sequence, in the dtype; float16 and bfloat16 sums would be computed wider and round once).
+_CUMULATIVE_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float32,
+        np.float64,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+    )
+)
+
+
+def _terms(
+    matcher: _Matcher, builder: GraphBuilder, terms: Sequence[Value], shape: tuple[Any, ...]
+) -> Value:
+    """The alike ``terms``, one row each, broadcast to ``shape`` (raises _Unbatchable)."""
+    entry = matcher.match(terms)
+    if entry is None or not all(isinstance(d, int) for d in shape):
+        raise _Unbatchable("terms")
+    if isinstance(entry, _Shared):  # the same term every time (x += dt)
+        zero = builder.add_constant(np.asarray([0], np.int64), hint="axes")
+        (value,) = builder.add("Unsqueeze", [entry.value, zero])
+    else:
+        value, _ = _Build(builder, len(terms)).value(entry)
+    if tuple(value.shape) != (len(terms), *shape):  # broadcast each term as the Add did
+        missing = len(shape) - (len(value.shape) - 1)
+        if missing > 0:
+            axes = builder.add_constant(np.arange(1, 1 + missing, dtype=np.int64), hint="axes")
+            (value,) = builder.add("Unsqueeze", [value, axes])
+        target = builder.add_constant(np.asarray([len(terms), *shape], np.int64), hint="shape")
+        (value,) = builder.add("Expand", [value, target])
+    return value
+
+
+def _running_sum(
+    matcher: _Matcher, builder: GraphBuilder, first: Value, terms: Sequence[Value]
+) -> Value:
+    """``first, first + t1, first + t1 + t2, ...`` (iterations first), summed in the loop's
+    order by one ``CumSum``."""
+    rows = _terms(matcher, builder, terms, tuple(first.shape))
+    zero = builder.add_constant(np.asarray([0], np.int64), hint="axes")
+    (head,) = builder.add("Unsqueeze", [first, zero])
+    (stacked,) = builder.add("Concat", [head, rows], {"axis": 0})
+    axis = builder.add_constant(np.asarray(0, np.int64), hint="axis")
+    return builder.add("CumSum", [stacked, axis])[0]
+
+
 def _vectorize(
     matcher: _Matcher, node: Node, scope: NameScope
 ) -> tuple[list[Node], list[Constant]] | None:
     """The nodes and constants computing ``node`` (a Concat) with each run of alike parts
-    built batched, or None when no run was."""
+    built batched, and each running sum stored part by part built as one ``CumSum``; None
+    when neither was found."""
     parts: list[Value] = [v for v in node.inputs if v is not None]
     out = node.outputs[0]
     axis = node.attrs["axis"] % len(out.shape)
+    segments = [(start, stop, True) for start, stop in _runs(matcher, parts)]
+    taken = {i for start, stop, _ in segments for i in range(start, stop)}
+    segments += [(start, stop, False) for start, stop in _chains(matcher, parts, taken)]
     nodes: list[Node] = []
     constants: list[Constant] = []
     kept: list[Value] = []
     done = 0
-    for start, stop in _runs(matcher, parts):
-        entry = matcher.match(parts[start:stop])
-        if not isinstance(entry, _Batched):
-            continue
+    for start, stop, alike in sorted(segments):
         builder = GraphBuilder(scope, node.source)
         whole = start == 0 and stop == len(parts)
         try:
-            root, _ = _Build(builder, stop - start).value(entry)
+            if alike:
+                entry = matcher.match(parts[start:stop])
+                if not isinstance(entry, _Batched):
+                    continue
+                root, _ = _Build(builder, stop - start).value(entry)
+            else:
+                terms = [_step(parts, i, matcher.producer) for i in range(start + 1, stop)]
+                root = _running_sum(matcher, builder, parts[start], terms)  # type: ignore[arg-type]
             merged = _laid_out(builder, root, axis, out if whole else None)
         except _Unbatchable:
             continue  # nodes and names the attempt made are dropped
@@ -306,11 +424,99 @@ def _vectorize(
     return nodes, constants
 
 
+def _accumulations(graph: ModelGraph, matcher: _Matcher) -> list[list[Node]]:
+    """Chains ``acc = acc + term`` (a loop accumulating into one value): the chain's ``Add``
+    nodes in order, each intermediate sum read only by the next ``Add``, at least
+    :data:`MIN_ITERATIONS` long."""
+    uses: dict[int, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None:
+                uses[id(v)] = uses.get(id(v), 0) + 1
+    for v in graph.output_values:
+        uses[id(v)] = uses.get(id(v), 0) + 2  # an output is read outside the chain
+    previous: dict[int, Node] = {}  # Add -> the Add whose sum it adds to
+    for node in graph.nodes:
+        out = node.outputs[0]
+        if node.op != "Add" or out.dtype not in _CUMULATIVE_DTYPES:
+            continue
+        for acc in node.inputs:  # acc + term first (total += f(i)), then term + acc
+            made = matcher.producer.get(id(acc)) if acc is not None else None
+            if (
+                made is not None
+                and made[0].op == "Add"
+                and uses.get(id(acc)) == 1
+                and acc.shape == out.shape  # type: ignore[union-attr]
+            ):
+                previous[id(node)] = made[0]
+                break
+    inner = {id(p) for p in previous.values()}
+    chains = []
+    for node in graph.nodes:
+        if id(node) not in previous or id(node) in inner:
+            continue  # not the last Add of a chain
+        chain = [node]
+        while (p := previous.get(id(chain[-1]))) is not None:
+            chain.append(p)
+        chain.reverse()
+        if len(chain) >= MIN_ITERATIONS:
+            chains.append(chain)
+    return chains
+
+
+def _term(node: Node, acc: Value) -> Value | None:
+    a, b = node.inputs
+    return b if a is acc else a if b is acc else None
+
+
+def _accumulate(
+    matcher: _Matcher, chain: list[Node], scope: NameScope
+) -> tuple[list[Node], list[Constant]] | None:
+    """The nodes computing the chain's last sum as one ``CumSum`` over its terms (in the
+    loop's order, so exactly), or None. Either input of the first ``Add`` may be the
+    accumulator it starts from (``0 + f(0)``, or ``f(0) + f(1)`` once ``0 +`` folded)."""
+    for base in chain[0].inputs:
+        built = _accumulate_from(matcher, chain, base, scope) if base is not None else None
+        if built is not None:
+            return built
+    return None
+
+
+def _accumulate_from(
+    matcher: _Matcher, chain: list[Node], base: Value, scope: NameScope
+) -> tuple[list[Node], list[Constant]] | None:
+    out = chain[-1].outputs[0]
+    shape = tuple(out.shape)
+    terms = []
+    acc = base
+    for node in chain:
+        term = _term(node, acc)
+        if term is None:
+            return None
+        terms.append(term)
+        acc = node.outputs[0]
+    builder = GraphBuilder(scope, chain[-1].source)
+    try:
+        first = base
+        if tuple(base.shape) != shape:  # an initial 0 broadcast by the first Add
+            if not all(isinstance(d, int) for d in shape):
+                return None
+            target = builder.add_constant(np.asarray(shape, np.int64), hint="shape")
+            (first,) = builder.add("Expand", [base, target])
+        sums = _running_sum(matcher, builder, first, terms)
+    except _Unbatchable:
+        return None
+    last = builder.add_constant(np.asarray(-1, np.int64), hint="last")
+    builder.add("Gather", [sums, last], {"axis": 0}, outputs=[out])
+    return list(builder.nodes), list(builder.constants)
+
+
 @transform("vectorize_loops")
 def vectorize_loops(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGraph, int]:
     """Build the unrolled iterations of a loop once over a batch (see the module docstring)."""
     concats = [n for n in graph.nodes if n.op == "Concat" and len(n.inputs) >= MIN_ITERATIONS]
-    if not concats:
+    adds = sum(1 for n in graph.nodes if n.op == "Add")
+    if not concats and adds < MIN_ITERATIONS:
         return graph, 0
     matcher = _Matcher(graph, options)
     scope = graph.name_scope()
@@ -321,6 +527,12 @@ def vectorize_loops(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelG
         if built is not None:
             replacements[node.name] = built[0]
             constants.extend(built[1])
+    if adds >= MIN_ITERATIONS:
+        for chain in _accumulations(graph, matcher):
+            built = _accumulate(matcher, chain, scope)
+            if built is not None and chain[-1].name not in replacements:
+                replacements[chain[-1].name] = built[0]
+                constants.extend(built[1])
     if not replacements:
         return graph, 0
     body: list[Node] = []
