@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from .creation import *  # noqa: F403
 from .creation import __all__ as _creation_all
+from .differences import *  # noqa: F403
+from .differences import __all__ as _differences_all
 from .elementwise import *  # noqa: F403
 from .elementwise import __all__ as _elementwise_all
 from .linalg import *  # noqa: F403
@@ -21,4 +23,11 @@ from .tensor_methods import set_tensor_methods
 
 set_tensor_methods()
 
-__all__ = [*_creation_all, *_elementwise_all, *_linalg_all, *_reduce_all, *_shape_all]
+__all__ = [
+    *_creation_all,
+    *_differences_all,
+    *_elementwise_all,
+    *_linalg_all,
+    *_reduce_all,
+    *_shape_all,
+]

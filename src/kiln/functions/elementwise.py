@@ -77,6 +77,10 @@ __all__ = [
     "asinh",
     "acosh",
     "atanh",
+    "radians",
+    "deg2rad",
+    "degrees",
+    "rad2deg",
     "equal",
     "not_equal",
     "less",
@@ -98,6 +102,7 @@ __all__ = [
     "isnan",
     "isinf",
     "isfinite",
+    "hypot",
     "where",
     "clip",
     "astype",
@@ -487,6 +492,81 @@ arctanh = _float_unary(
 # NumPy 2's array-API spellings of the same ufuncs.
 asin, acos, atan = arcsin, arccos, arctan
 asinh, acosh, atanh = arcsinh, arccosh, arctanh
+
+# NumPy's degree/radian factors (npy_math: ``x * (NPY_PI / 180.0)``, the float loop with the
+# constant computed in float32, the half loop through the float one), so results are
+# bit-identical.
+_TO_RADIANS = {
+    dtypes.float64: np.float64(np.pi / 180.0),
+    dtypes.float32: np.float32(np.pi) / np.float32(180.0),
+}
+_TO_DEGREES = {
+    dtypes.float64: np.float64(180.0 / np.pi),
+    dtypes.float32: np.float32(180.0) / np.float32(np.pi),
+}
+
+
+def _scaled(name: str, ufunc: np.ufunc, x: Any, factors: dict[np.dtype, np.floating]) -> Tensor:
+    (a,), _ = _resolve(ufunc, x, name=name)
+    (a,), back = _widen(a)
+    factor = factors.get(a.dtype)
+    if factor is None:
+        raise OpTypeError(f"{name}: no {a.dtype} loop in kiln (float16/32/64 only)")
+    return cast(call("Mul", a, constant(factor)), back)
+
+
+@implements(np.radians)
+@eager_plan(1)
+def radians(x: Any) -> Tensor:
+    """Degrees to radians: ``x * (pi / 180)`` with NumPy's constant (bit-identical to
+    ``np.radians``; integers compute in the float dtype NumPy picks).
+
+    Example:
+        >>> import kiln
+        >>> kiln.radians(kiln.tensor([180.0])).tolist()
+        [3.141592653589793]
+    """
+    return _scaled("radians", np.radians, x, _TO_RADIANS)
+
+
+@implements(np.deg2rad)
+@eager_plan(1)
+def deg2rad(x: Any) -> Tensor:
+    """Degrees to radians (``np.deg2rad``, the same as :func:`radians`).
+
+    Example:
+        >>> import kiln
+        >>> kiln.deg2rad(kiln.tensor([90.0])).tolist()
+        [1.5707963267948966]
+    """
+    return _scaled("deg2rad", np.deg2rad, x, _TO_RADIANS)
+
+
+@implements(np.degrees)
+@eager_plan(1)
+def degrees(x: Any) -> Tensor:
+    """Radians to degrees: ``x * (180 / pi)`` with NumPy's constant (bit-identical to
+    ``np.degrees``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.degrees(kiln.tensor([np.pi])).tolist()
+        [180.0]
+    """
+    return _scaled("degrees", np.degrees, x, _TO_DEGREES)
+
+
+@implements(np.rad2deg)
+@eager_plan(1)
+def rad2deg(x: Any) -> Tensor:
+    """Radians to degrees (``np.rad2deg``, the same as :func:`degrees`).
+
+    Example:
+        >>> import kiln
+        >>> kiln.rad2deg(kiln.tensor([np.pi / 2])).tolist()
+        [90.0]
+    """
+    return _scaled("rad2deg", np.rad2deg, x, _TO_DEGREES)
 
 
 @implements(np.exp2)
@@ -990,6 +1070,96 @@ def isfinite(x: Any) -> Tensor:
     if not dtypes.is_floating(a.dtype):
         return call("Equal", a, a)
     return call("Not", call("Or", call("IsNaN", a), call("IsInf", a)))
+
+
+# glibc's hypot (e_hypot.c, Borges' "MyHypot3" without FMA), which NumPy's float64 loop calls:
+# the scaling thresholds and the one correction step, so that results are bit-identical.
+_HYPOT_SCALE = 2.0**-600
+_HYPOT_LARGE = 2.0**511
+_HYPOT_TINY = 2.0**-459
+_HYPOT_EPS = 2.0**-54
+
+
+def _hypot_kernel(ax: Tensor, ay: Tensor) -> Tensor:
+    """glibc's kernel for ``ax >= ay >= 0`` (scaled): ``sqrt(ax*ax + ay*ay)`` corrected by
+    the rounding error of the squares, each operation rounded on its own."""
+
+    def k(v: float) -> Tensor:
+        return _scalar(v, ax)
+
+    h = call("Sqrt", call("Add", call("Mul", ax, ax), call("Mul", ay, ay)))
+    near = call("LessOrEqual", h, call("Mul", k(2.0), ay))
+    # h <= 2 ay: delta = h - ay; t1 = ax (2 delta - ax); t2 = (delta - 2 (ax - ay)) delta
+    d1 = call("Sub", h, ay)
+    t1a = call("Mul", ax, call("Sub", call("Mul", k(2.0), d1), ax))
+    t2a = call("Mul", call("Sub", d1, call("Mul", k(2.0), call("Sub", ax, ay))), d1)
+    # else: delta = h - ax; t1 = 2 delta (ax - 2 ay); t2 = (4 delta - ay) ay + delta delta
+    d2 = call("Sub", h, ax)
+    t1b = call("Mul", call("Mul", k(2.0), d2), call("Sub", ax, call("Mul", k(2.0), ay)))
+    t2b = call(
+        "Add",
+        call("Mul", call("Sub", call("Mul", k(4.0), d2), ay), ay),
+        call("Mul", d2, d2),
+    )
+    t = call("Add", call("Where", near, t1a, t1b), call("Where", near, t2a, t2b))
+    return call("Sub", h, call("Div", t, call("Mul", k(2.0), h)))
+
+
+def _hypot64(x: Tensor, y: Tensor) -> Tensor:
+    def k(v: float) -> Tensor:
+        return _scalar(v, x)
+
+    ax0, ay0 = call("Abs", x), call("Abs", y)
+    ax, ay = call("Max", ax0, ay0), call("Min", ax0, ay0)
+    big = call("Greater", ax, k(_HYPOT_LARGE))
+    tiny = call("And", call("Not", big), call("Less", ay, k(_HYPOT_TINY)))
+    # Scale by powers of two (exact): down when ax is huge, up when ay is tiny.
+    up = call("Where", big, k(_HYPOT_SCALE), call("Where", tiny, k(1 / _HYPOT_SCALE), k(1.0)))
+    back = call("Where", big, k(1 / _HYPOT_SCALE), call("Where", tiny, k(_HYPOT_SCALE), k(1.0)))
+    scaled = call("Mul", _hypot_kernel(call("Mul", ax, up), call("Mul", ay, up)), back)
+    # ay too small to matter: ax + ay (the tiny branch compares ax >= ay / EPS).
+    negligible = call(
+        "Or",
+        call("And", tiny, call("GreaterOrEqual", ax, call("Div", ay, k(_HYPOT_EPS)))),
+        call(
+            "And",
+            call("Not", tiny),
+            call("LessOrEqual", ay, call("Mul", ax, k(_HYPOT_EPS))),
+        ),
+    )
+    finite = call("Where", negligible, call("Add", ax, ay), scaled)
+    # Not finite: inf if either is infinite (even with a NaN), else NaN (x + y).
+    infinite = call("Or", call("IsInf", x), call("IsInf", y))
+    nan = call("Or", call("IsNaN", x), call("IsNaN", y))
+    return call("Where", infinite, k(math.inf), call("Where", nan, call("Add", x, y), finite))
+
+
+@implements(np.hypot)
+@eager_plan(2)
+def hypot(x: Any, y: Any) -> Tensor:
+    """``sqrt(x**2 + y**2)`` without overflow or underflow, bit-identical to NumPy's
+    ``np.hypot`` on glibc: float64 follows glibc's algorithm (``hypot`` in ``e_hypot.c``),
+    float32 and float16 compute ``sqrt`` of the float64 squares and round, as glibc's
+    ``hypotf`` and NumPy's half loop do. (Other C libraries' ``hypot`` may differ from it in
+    the last bit.)
+
+    Example:
+        >>> import kiln
+        >>> kiln.hypot(kiln.tensor([3.0, 1e200]), 4.0).tolist()
+        [5.0, 1e+200]
+    """
+    (a, b), out = _resolve(np.hypot, x, y, name="hypot")
+    if not dtypes.is_floating(out):
+        raise OpTypeError(f"hypot: no {out} loop in kiln")
+    if out == dtypes.float64:
+        return _hypot64(a, b)
+    # float32 (glibc's hypotf) and half (through the float loop): the float64 square root of
+    # the exact float64 squares' sum, rounded to float32, then to the result's dtype.
+    a64, b64 = cast(a, dtypes.float64), cast(b, dtypes.float64)
+    root = call("Sqrt", call("Add", call("Mul", a64, a64), call("Mul", b64, b64)))
+    infinite = call("Or", call("IsInf", a64), call("IsInf", b64))
+    root = call("Where", infinite, _scalar(math.inf, root), root)
+    return cast(cast(root, dtypes.float32), out)
 
 
 # -- where, clip, astype -------------------------------------------------------------------

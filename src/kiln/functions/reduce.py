@@ -28,11 +28,12 @@ from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError, UnsupportedOperationError
 from ..ops.reduce import ACCUMULATE_DTYPES, ORDERED_DTYPES
 from ..ops.rules import normalize_axis
-from ..symbolic import Dim, SymDim, decide, describe
+from ..symbolic import Dim, SymDim, decide, describe, floordiv, specialize
 from ..symbolic import prod as dim_prod
 from ..tensor import Tensor, call, dispatch
+from .elementwise import add, multiply, subtract
 from .numpy_protocol import implements
-from .operands import as_tensor, cast, constant, shape_tensor
+from .operands import as_tensor, cast, constant, shape_tensor, size_scalar, ufunc_operands
 
 __all__ = [
     "sum",
@@ -52,6 +53,9 @@ __all__ = [
     "cumsum",
     "logsumexp",
     "topk",
+    "median",
+    "percentile",
+    "quantile",
 ]
 
 
@@ -706,6 +710,317 @@ def topk(x: Any, k: Dim | int, axis: int = -1, largest: bool = True) -> tuple[Te
     k_t = shape_tensor([k])
     values, indices = dispatch("TopK", [t, k_t], {"axis": axis, "largest": int(largest)})
     return cast(values, original), indices
+
+
+# -- median, percentile, quantile ----------------------------------------------------------
+#
+# NumPy partitions each lane and reads the order statistics it needs; kiln sorts each lane
+# (``TopK`` with ``largest=0`` and K the lane length, one node for every median and percentile
+# of an array once the optimizer merges them), takes the positions NumPy reads (``Slice``,
+# ``Gather``) and combines them with NumPy's own arithmetic: ``mean`` of the one or two middle
+# values for the median, NumPy's ``_lerp`` (``a + (b - a) * t``, or ``b - (b - a) * (1 - t)``
+# when ``t >= 0.5``) for the "linear" quantile. For a static lane length the positions and
+# weights are computed here as NumPy computes them; for a dynamic one the same arithmetic is
+# recorded from the input's shape. A lane holding a NaN gives NaN, as in NumPy (found with
+# ``IsNaN``, not from where a sort puts NaNs).
+
+
+def _lanes(name: str, x: Tensor, axis: Any) -> tuple[Tensor, int, tuple[int, ...] | None]:
+    """``x`` with the reduced axes merged into one last axis (NumPy's ``_ureduce``): the
+    tensor, that axis, and the reduced axes (None: all) for ``keepdims``."""
+    if axis is None:
+        return (x if x.ndim == 1 else _flatten(x)), 0, None
+    items = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(
+        sorted(
+            normalize_axis(name, operator.index(a), x.ndim, scalar=False, numpy_wording=True)
+            for a in items
+        )
+    )
+    if len(set(axes)) != len(axes):
+        raise OpArgumentError(f"{name}: repeated axis in {axis}")
+    if len(axes) == 1:
+        return x, axes[0], axes
+    keep = [i for i in range(x.ndim) if i not in axes]
+    if keep + list(axes) != list(range(x.ndim)):
+        x = call("Transpose", x, perm=(*keep, *axes))
+    merged = call("Reshape", x, shape_tensor([*(x.shape[i] for i in range(len(keep))), -1]))
+    return merged, len(keep), axes
+
+
+def _keep_dims(result: Tensor, ndim: int, axes: tuple[int, ...] | None, lead: int) -> Tensor:
+    """``result`` with size-1 axes where ``axes`` were reduced (after the ``lead`` axes of
+    ``q``), as NumPy's ``keepdims=True``."""
+    reduced = range(ndim) if axes is None else axes
+    if not ndim:
+        return result
+    where = np.asarray([lead + i for i in reduced], dtype=np.int64)
+    return call("Unsqueeze", result, constant(where))
+
+
+def _sorted(x: Tensor, axis: int, n: Dim) -> Tensor:
+    """Each lane of ``x`` along ``axis`` (of length ``n``) sorted ascending. The whole lane
+    always, though fewer positions are read: a median and percentiles of one array then sort
+    it once (one ``TopK`` node, the same for all, merged by the optimizer)."""
+    values, _ = topk(x, n, axis=axis, largest=False)
+    return values
+
+
+def _nan_lanes(x: Tensor, axis: int, result: Tensor) -> Tensor:
+    """``result`` with NaN where the lane of ``x`` along ``axis`` holds a NaN (the lanes
+    broadcast against ``result``'s last axes)."""
+    if not dtypes.is_floating(x.dtype):
+        return result
+    flags = call("ReduceMax", call("IsNaN", x), _axes_tensor([axis]), keepdims=0)
+    return call("Where", flags, constant(np.asarray(np.nan, dtype=result.dtype)), result)
+
+
+def _axes_tensor(axes: list[int]) -> Tensor:
+    return constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+
+
+@implements(np.median)
+def median(
+    a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False, keepdims: bool = False
+) -> Tensor:
+    """The median along ``axis`` (NumPy's ``np.median``): the mean of the one or two middle
+    values of each sorted lane (so integers give float64), NaN for a lane holding a NaN and for
+    an empty lane. ``axis`` may be a tuple; ``overwrite_input`` changes nothing in kiln.
+
+    Example:
+        >>> import kiln
+        >>> kiln.median(kiln.tensor([[3, 1, 2, 10], [4, 6, 5, 0]]), axis=1).tolist()
+        [2.5, 4.5]
+    """
+    _reject("median", out=out)
+    x = as_tensor(a)
+    if x.ndim == 0 and axis is None:
+        return mean(x)
+    lanes, ax, axes = _lanes("median", x, axis)
+    n = lanes.shape[ax]
+    what = f"median: the length {n} of the reduced axis"
+    if isinstance(n, SymDim) and not decide(n, ">", 0, assume=True, what=what):
+        n = 0
+    if n == 0:
+        result = mean(lanes, axis=ax)  # NaN, as NumPy's mean of nothing
+    else:
+        # The one or two middle positions: (n - 1) // 2 to n // 2 (computed from the input's
+        # shape when the axis is dynamic, so one graph serves odd and even lengths).
+        low, stop = floordiv(n - 1, 2), floordiv(n, 2) + 1
+        middle = _slice(_sorted(lanes, ax, n), ax, low, stop)
+        result = _nan_lanes(lanes, ax, mean(middle, axis=ax))
+    return _keep_dims(result, x.ndim, axes, 0) if keepdims else result
+
+
+def _slice(x: Tensor, axis: int, start: Dim, stop: Dim) -> Tensor:
+    return call("Slice", x, shape_tensor([start]), shape_tensor([stop]), _axes_tensor([axis]))
+
+
+def _host_quantiles(q: Any, name: str) -> Any:
+    """``q`` as given, which must be host values: its values decide which elements are read.
+    A tensor (an input, an implicit input, an array the function made) may change between
+    calls, so it is refused (the call falls back)."""
+    if isinstance(q, Tensor) or hasattr(q, "__kiln_tensor__"):
+        raise UnsupportedOperationError(
+            f"{name}: q given as a tensor or a changing float argument; kiln records q given "
+            "as Python numbers or lists (their values decide which elements are read)"
+        )
+    return q
+
+
+def _lerp(low: Tensor, high: Tensor, t: Any, at_least_half: bool) -> Tensor:
+    """NumPy's ``_lerp``: ``a + (b - a) * t``, or ``b - (b - a) * (1 - t)`` where
+    ``t >= 0.5``, with NumPy's promotion (``t`` a Python float when ``q`` was one)."""
+    diff = subtract(high, low)
+    if at_least_half:
+        return subtract(high, multiply(diff, 1 - t))
+    return add(low, multiply(diff, t))
+
+
+def _quantile(
+    name: str,
+    a: Any,
+    qs: np.ndarray,
+    weak: bool,
+    axis: Any,
+    out: Any,
+    method: str,
+    keepdims: bool,
+    weights: Any,
+) -> Tensor:
+    """NumPy's ``_quantile`` with ``method="linear"``, ``qs`` already checked."""
+    _reject(name, out=out)
+    if method != "linear":
+        raise UnsupportedOperationError(f"{name}(..., method={method!r}): kiln records 'linear'")
+    if weights is not None:
+        raise UnsupportedOperationError(f"{name}(..., weights=...) is not supported by kiln")
+    if qs.ndim > 2:
+        raise ValueError("q must be a scalar or 1d")
+    if qs.size == 0:
+        raise UnsupportedOperationError(f"{name}: an empty q is not supported by kiln")
+    x = as_tensor(a)
+    lanes, ax, axes = _lanes(name, x, axis)
+    if lanes.ndim == 0:
+        lanes = call("Reshape", lanes, _axes_tensor([1]))
+    n = lanes.shape[ax]
+    if isinstance(n, SymDim):
+        what = f"{name}: the length {n} of the reduced axis"
+        if not decide(n, ">", 0, assume=True, what=what):
+            n = 0
+        elif qs.dtype not in (dtypes.float32, dtypes.float64):
+            n = specialize(n, what)
+    if n == 0:
+        raise IndexError(
+            f"{name}: index -1 is out of bounds for axis 0 with size 0 (the reduced axes of "
+            f"the input of shape {describe(x.shape)} are empty)"
+        )
+    ordered = _sorted(lanes, ax, n)
+    if isinstance(n, SymDim):
+        results = _dynamic_quantiles(ordered, ax, n, qs, weak)
+    else:
+        results = _static_quantiles_at(ordered, ax, n, qs, weak)
+    if qs.ndim == 0:
+        result = results[0]
+    else:
+        zero = _axes_tensor([0])
+        joined = call("Concat", *(call("Unsqueeze", r, zero) for r in results), axis=0)
+        result = call("Reshape", joined, shape_tensor([*qs.shape, *joined.shape[1:]]), allowzero=1)
+    result = _nan_lanes(lanes, ax, result)
+    return _keep_dims(result, x.ndim, axes, qs.ndim) if keepdims else result
+
+
+def _static_quantiles_at(
+    ordered: Tensor, ax: int, n: int, qs: np.ndarray, weak: bool
+) -> list[Tensor]:
+    """The quantiles ``qs`` of the sorted lanes ``ordered`` (length ``n``), each lane's axis
+    removed: positions and weights computed here as NumPy's ``_get_indexes`` and
+    ``_get_gamma`` do, then ``Gather`` and NumPy's ``_lerp``."""
+    virtual = np.asanyarray((n - 1) * qs)
+    if virtual.dtype.kind in "iu":  # integer q: the elements themselves
+        return [_gather(ordered, ax, int(p) % n) for p in virtual.ravel()]
+    previous = np.array(np.floor(virtual))
+    following = np.array(previous + 1)
+    above = virtual >= n - 1
+    previous[above] = following[above] = -1
+    below = virtual < 0
+    previous[below] = following[below] = 0
+    previous, following = previous.astype(np.intp), following.astype(np.intp)
+    gamma = np.asanyarray(virtual - previous, dtype=virtual.dtype)
+    results = []
+    for low, high, g in zip(previous.ravel(), following.ravel(), gamma.ravel()):
+        a, b = _gather(ordered, ax, int(low) % n), _gather(ordered, ax, int(high) % n)
+        t = float(g) if weak else np.asarray(g, dtype=gamma.dtype)
+        results.append(_lerp(a, b, t, bool(g >= 0.5)))
+    return results
+
+
+def _gather(x: Tensor, axis: int, index: Any) -> Tensor:
+    where = constant(np.int64(index)) if isinstance(index, int) else index
+    return call("Gather", x, where, axis=axis)
+
+
+def _dynamic_quantiles(
+    ordered: Tensor, ax: int, n: SymDim, qs: np.ndarray, weak: bool
+) -> list[Tensor]:
+    """:func:`_static_quantiles_at` for a lane length known when the graph runs: the same
+    arithmetic recorded from the input's shape (``(n - 1) * q`` in ``q``'s dtype, its floor,
+    the weight), and both of ``_lerp``'s forms selected by ``t >= 0.5``."""
+    qd = qs.dtype
+    last = size_scalar(n - 1)  # int64, 0-d
+    last_q = cast(last, qd)  # NumPy's weak Python int (n - 1) in q's dtype
+    results = []
+    for q in qs.ravel():
+        virtual = call("Mul", last_q, constant(np.asarray(q, dtype=qd)))
+        above = call("GreaterOrEqual", virtual, last_q)
+        floor = cast(call("Floor", virtual), dtypes.int64)
+        low = call("Where", above, last, floor)
+        high = call("Where", above, last, call("Add", floor, constant(np.int64(1))))
+        # NumPy's previous index is -1 above the last position; gamma = virtual - previous,
+        # computed in float64 (float - intp) and cast back to q's dtype.
+        previous = call("Where", above, constant(np.int64(-1)), floor)
+        wide = call("Sub", cast(virtual, dtypes.float64), cast(previous, dtypes.float64))
+        gamma = cast(wide, qd)
+        a, b = _gather(ordered, ax, low), _gather(ordered, ax, high)
+        diff = subtract(b, a)
+        if weak:  # a Python float t: NumPy converts it (and 1 - t, in float64) to the loop
+            _, loop = ufunc_operands(np.multiply, diff, 0.5)
+            t = cast(gamma, loop)
+            rest = cast(call("Sub", constant(np.float64(1.0)), cast(gamma, dtypes.float64)), loop)
+        else:
+            t, rest = gamma, subtract(1, gamma)
+        lower = add(a, multiply(diff, t))
+        upper = subtract(b, multiply(diff, rest))
+        half = call("GreaterOrEqual", gamma, constant(np.asarray(0.5, dtype=qd)))
+        results.append(call("Where", half, upper, lower))
+    return results
+
+
+@implements(np.percentile)
+def percentile(
+    a: Any,
+    q: Any,
+    axis: Any = None,
+    out: Any = None,
+    overwrite_input: bool = False,
+    method: str = "linear",
+    keepdims: bool = False,
+    *,
+    weights: Any = None,
+    interpolation: Any = None,
+) -> Tensor:
+    """The ``q``-th percentiles (0 to 100) along ``axis``, NumPy's ``np.percentile`` with its
+    default ``method="linear"``, bit-identical: the sorted neighbours of each virtual index
+    ``(n - 1) * q / 100`` interpolated as NumPy's ``_lerp`` does. ``q`` may be a number or a
+    sequence (its axes lead the result); NaN in a lane gives NaN.
+
+    Example:
+        >>> import kiln
+        >>> kiln.percentile(kiln.tensor([1.0, 2.0, 3.0, 4.0]), [25, 50]).tolist()
+        [1.75, 2.5]
+    """
+    if interpolation is not None:
+        raise UnsupportedOperationError("percentile(..., interpolation=...) is deprecated")
+    q = _host_quantiles(q, "percentile")
+    weak = type(q) in (int, float)
+    qs = np.true_divide(q, 100, out=...)
+    if not _quantile_valid(qs):
+        raise ValueError("Percentiles must be in the range [0, 100]")
+    return _quantile("percentile", a, qs, weak, axis, out, method, keepdims, weights)
+
+
+@implements(np.quantile)
+def quantile(
+    a: Any,
+    q: Any,
+    axis: Any = None,
+    out: Any = None,
+    overwrite_input: bool = False,
+    method: str = "linear",
+    keepdims: bool = False,
+    *,
+    weights: Any = None,
+    interpolation: Any = None,
+) -> Tensor:
+    """The ``q``-th quantiles (0 to 1) along ``axis``, NumPy's ``np.quantile`` with
+    ``method="linear"`` (see :func:`percentile`); integer ``q`` reads the elements themselves.
+
+    Example:
+        >>> import kiln
+        >>> kiln.quantile(kiln.tensor([1.0, 2.0, 3.0, 4.0]), 0.5).tolist()
+        2.5
+    """
+    if interpolation is not None:
+        raise UnsupportedOperationError("quantile(..., interpolation=...) is deprecated")
+    q = _host_quantiles(q, "quantile")
+    weak = type(q) in (int, float)
+    qs = np.asanyarray(q)
+    if not _quantile_valid(qs):
+        raise ValueError("Quantiles must be in the range [0, 1]")
+    return _quantile("quantile", a, qs, weak, axis, out, method, keepdims, weights)
+
+
+def _quantile_valid(qs: np.ndarray) -> bool:
+    return bool(qs.size == 0 or (qs.min() >= 0 and qs.max() <= 1))
 
 
 # -- ufunc.reduce methods ------------------------------------------------------------------

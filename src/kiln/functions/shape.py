@@ -33,6 +33,7 @@ from ..symbolic import (
     describe,
     floordiv,
     format_shape,
+    specialize,
 )
 from ..tensor import Tensor, call
 from .numpy_protocol import implements
@@ -61,6 +62,12 @@ __all__ = [
     "flip",
     "tril",
     "triu",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "roll",
+    "diag",
+    "diagonal",
     "nonzero",
     "argwhere",
     "constant_of_shape",
@@ -666,6 +673,205 @@ def triu(m: Any, k: int = 0) -> Tensor:
         [[1, 2], [0, 4]]
     """
     return _triangle(m, k, 1, "triu")
+
+
+# -- atleast_nd, roll, diag ----------------------------------------------------------------
+
+
+def _atleast(name: str, ndim: int, arys: tuple[Any, ...]) -> Any:
+    """NumPy's ``atleast_<ndim>d``: each input with size-1 axes added where NumPy adds them;
+    an input with enough axes comes back as it is. One input: one result; several: a tuple."""
+    results = []
+    for a in arys:
+        t = as_tensor(a)
+        if t.ndim >= ndim:
+            results.append(t)
+        elif ndim == 3 and t.ndim > 0:  # (n,) -> (1, n, 1); (m, n) -> (m, n, 1)
+            axes = [0, 2] if t.ndim == 1 else [2]
+            results.append(call("Unsqueeze", t, _i64(axes)))
+        else:
+            results.append(_at_least(t, ndim))
+    if len(results) == 1:
+        return results[0]
+    return tuple(results)
+
+
+@implements(np.atleast_1d)
+def atleast_1d(*arys: Any) -> Any:
+    """Each input with at least one axis (a 0-d input becomes shape ``(1,)``); several inputs
+    give a tuple, as NumPy's.
+
+    Example:
+        >>> import kiln
+        >>> kiln.atleast_1d(kiln.tensor(3.0)).shape
+        (1,)
+    """
+    return _atleast("atleast_1d", 1, arys)
+
+
+@implements(np.atleast_2d)
+def atleast_2d(*arys: Any) -> Any:
+    """Each input with at least two axes (``(n,)`` becomes ``(1, n)``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.atleast_2d(kiln.tensor([1, 2])).shape
+        (1, 2)
+    """
+    return _atleast("atleast_2d", 2, arys)
+
+
+@implements(np.atleast_3d)
+def atleast_3d(*arys: Any) -> Any:
+    """Each input with at least three axes (``(n,)`` becomes ``(1, n, 1)``, ``(m, n)``
+    becomes ``(m, n, 1)``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.atleast_3d(kiln.zeros((2, 3))).shape
+        (2, 3, 1)
+    """
+    return _atleast("atleast_3d", 3, arys)
+
+
+def _roll_axis(t: Tensor, axis: int, shift: int) -> Tensor:
+    """``t`` rolled by ``shift`` along ``axis``: ``Concat(t[n - o:], t[:n - o])`` for the
+    offset ``o = shift % n``. A symbolic size larger than ``|shift|`` (a shape guard) rolls
+    with bounds counted from the end; any other symbolic size is specialized."""
+    d = t.shape[axis]
+    if shift == 0:
+        return t
+    if isinstance(d, SymDim):
+        what = f"roll by {shift} along axis {axis} of size {d}"
+        if decide(d, ">", abs(shift), assume=True, what=what):
+            # 0 < |shift| < n: the cut n - o is -shift, counted from the end for a shift > 0
+            cut = -shift
+            return call(
+                "Concat",
+                _slice_axis(t, axis, cut, INT64_MAX),
+                _slice_axis(t, axis, 0, cut),
+                axis=axis,
+            )
+        d = specialize(d, what)
+    offset = shift % (d or 1)  # an empty axis: nothing moves
+    if offset == 0:
+        return t
+    return call(
+        "Concat",
+        _slice_axis(t, axis, d - offset, INT64_MAX),
+        _slice_axis(t, axis, 0, d - offset),
+        axis=axis,
+    )
+
+
+@implements(np.roll)
+def roll(a: Any, shift: Any, axis: Any = None) -> Tensor:
+    """``a`` with its elements rolled by ``shift`` along ``axis`` (of the flattened array when
+    ``axis`` is None); shifts and axes may be tuples, broadcast against each other, and
+    repeated axes add up, as NumPy's. Recorded as slices joined by ``Concat``.
+
+    Example:
+        >>> import kiln
+        >>> kiln.roll(kiln.tensor([1, 2, 3, 4]), 1).tolist()
+        [4, 1, 2, 3]
+        >>> kiln.roll(kiln.tensor([[1, 2], [3, 4]]), -1, axis=1).tolist()
+        [[2, 1], [4, 3]]
+    """
+    x = as_tensor(a)
+    if axis is None:
+        flat = roll(ravel(x), shift, 0)
+        return call("Reshape", flat, call("Shape", x), allowzero=1)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    normalized = [_axis(ax, x.ndim) for ax in axes]
+    pairs = np.broadcast(np.asarray(shift, dtype=object), np.asarray(normalized, dtype=object))
+    if pairs.nd > 1:
+        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+    shifts = dict.fromkeys(range(x.ndim), 0)
+    for sh, ax in pairs:
+        shifts[int(ax)] += operator.index(sh)
+    out = x
+    for ax, sh in shifts.items():
+        out = _roll_axis(out, ax, sh)
+    if out is x:
+        return call("Identity", x)  # a new array, as NumPy's
+    return out
+
+
+def _static_size(d: Dim, what: str) -> int:
+    return d if isinstance(d, int) else specialize(d, what)
+
+
+@implements(np.diagonal)
+def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+    """The diagonal ``offset`` of the 2-D slices over ``axis1``, ``axis2``, on the last axis
+    of the result (NumPy's ``np.diagonal``): one strided ``Slice`` of the flattened pairs, read
+    only as NumPy's (a write into it raises ``ValueError``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.diagonal(kiln.tensor([[1, 2, 3], [4, 5, 6]]), 1).tolist()
+        [2, 6]
+    """
+    x = as_tensor(a)
+    if x.ndim < 2:
+        raise ValueError("diag requires an array of at least two dimensions")
+    k = operator.index(offset)
+    i, j = _axis(axis1, x.ndim), _axis(axis2, x.ndim)
+    if i == j:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    rest = [n for n in range(x.ndim) if n not in (i, j)]
+    if [*rest, i, j] != list(range(x.ndim)):
+        x = call("Transpose", x, perm=(*rest, i, j))
+    what = f"diagonal({k}) of shape {format_shape(x.shape)}"
+    rows = _static_size(x.shape[-2], what)
+    cols = _static_size(x.shape[-1], what)
+    lead = list(x.shape[:-2])
+    # Element (r, r + k) of each (rows, cols) block sits at r * (cols + 1) + k of the flat block
+    # (k >= 0), (r - k, r) at r * (cols + 1) - k * cols (k < 0).
+    length = max(0, min(rows, cols - k) if k >= 0 else min(rows + k, cols))
+    flat = call("Reshape", x, shape_tensor([*lead, -1]) if lead else _i64([-1]), allowzero=0)
+    if length == 0:
+        picked = _slice_axis(flat, len(lead), 0, 0)
+    else:
+        start = k if k >= 0 else -k * cols
+        stop = start + (length - 1) * (cols + 1) + 1
+        steps = _i64([cols + 1])
+        picked = call("Slice", flat, _i64([start]), _i64([stop]), _i64([len(lead)]), steps)
+    # NumPy's diagonal is a read-only view: a write into it raises. Expand's result is one too.
+    return call("Expand", picked, shape_tensor([*lead, length]))
+
+
+@implements(np.diag)
+def diag(v: Any, k: int = 0) -> Tensor:
+    """The ``k``-th diagonal of a 2-D input, or a 2-D array with a 1-D input on its ``k``-th
+    diagonal and zeros elsewhere (NumPy's ``np.diag``). Building is layout only: each value
+    is padded by a row of zeros and the whole shifted into place (``Pad``, ``Reshape``).
+
+    Example:
+        >>> import kiln
+        >>> kiln.diag(kiln.tensor([1, 2])).tolist()
+        [[1, 0], [0, 2]]
+        >>> kiln.diag(kiln.tensor([[1, 2], [3, 4]])).tolist()
+        [1, 4]
+    """
+    x = as_tensor(v)
+    kk = operator.index(k)
+    if x.ndim == 2:
+        return diagonal(x, kk)
+    if x.ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    n = _static_size(x.shape[0], f"diag() of a vector of length {describe(x.shape[0])}")
+    m = n + abs(kk)
+    # Each value followed by m zeros, flattened: value i lands at i * (m + 1); shifted by the
+    # diagonal's first flat position, then cut or padded to m * m.
+    rows = call("Pad", call("Unsqueeze", x, _i64([1])), _i64([0, 0, 0, m]))
+    flat = call("Reshape", rows, _i64([-1]))
+    start = kk if kk >= 0 else -kk * m
+    end = m * m - start - n * (m + 1)  # what is left to pad (negative: to cut)
+    flat = call("Pad", flat, _i64([start, max(end, 0)]))
+    if end < 0:
+        flat = _slice_axis(flat, 0, 0, m * m)
+    return call("Reshape", flat, _i64([m, m]))
 
 
 # -- gathering -----------------------------------------------------------------------------
