@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import re
@@ -110,7 +111,7 @@ class Program:
         return "\n".join(lines) + "\n"
 
     def function(self) -> Callable[..., Any]:
-        namespace: dict[str, Any] = {"np": np, "nan": np.nan, "inf": np.inf}
+        namespace: dict[str, Any] = {"np": np, "nan": np.nan, "inf": np.inf, "itertools": itertools}
         exec(compile(self.source, f"<fuzz {self.seed}:{self.index}>", "exec"), namespace)
         return namespace["f"]
 
@@ -444,6 +445,28 @@ def _expr_branch(rng, vs):
     return str(rng.choice(forms)).format(x=x.name)
 
 
+def _expr_loop(rng, vs):
+    """A Python loop over rows or columns, as scientists write them (an unrolled trace that
+    kiln's loop vectorizer batches back into array operations)."""
+    x, y = _pick(rng, vs), _pick(rng, vs)
+    u = str(rng.choice(UNARY))
+    op = str(rng.choice(("+", "-", "*", "/")))
+    forms = [
+        "np.stack([{u}({x}[i]) {op} {y} for i in range(len({x}))])",
+        "np.array([({x}[i] {op} {y}).sum() for i in range(len({x}))])",
+        "np.stack([{x}[i] / ({x}[i].sum() + 1) for i in range(len({x}))])",
+        "np.stack([{x}[i : i + 2].max(axis=0) for i in range(len({x}) - 1)])",
+        "sum({x}[i] * {y} for i in range(len({x})))",
+        "np.stack(list(itertools.accumulate({x})))",
+        "np.array([[np.abs({x}[i] - {x}[j]).sum() for j in range(len({x}))]"
+        " for i in range(len({x}))])",
+    ]
+    if x.ndim >= 2:
+        forms.append("np.stack([{u}({x}[:, j]) {op} {y} for j in range({x}.shape[1])], axis=1)")
+        forms.append("np.stack([{x}[i] @ {x}[i] for i in range(len({x}))])")
+    return str(rng.choice(forms)).format(x=x.name, y=y.name, u=u, op=op)
+
+
 TEMPLATES = (
     (_expr_unary, 0.16),
     (_expr_binary, 0.16),
@@ -461,7 +484,9 @@ TEMPLATES = (
 def _evaluate(expr: str, env: dict[str, Any]) -> Any:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return eval(expr, {"np": np, "nan": np.nan, "inf": np.inf}, dict(env))  # noqa: S307
+        # the names as globals: a comprehension's body (a loop template) sees them there
+        names = {"np": np, "nan": np.nan, "inf": np.inf, "itertools": itertools, **env}
+        return eval(expr, names)  # noqa: S307
 
 
 def _acceptable(value: Any) -> bool:
@@ -503,6 +528,36 @@ def _make_inputs(rng: np.random.Generator) -> tuple[list[str], list[np.ndarray],
         drifted = (drift_batch, *shape[1:]) if batched else shape
         drift.append(random_array(rng, drifted, dtype) if batched else inputs[-1].copy())
     return names, inputs, drift
+
+
+LOOP_P = 0.2  # the share of programs that end in a Python loop (tools/fuzz.py --help)
+
+
+def _append_loop(
+    rng: np.random.Generator,
+    body: list[str],
+    vs: list[Var],
+    env1: dict[str, Any],
+    env2: dict[str, Any] | None,
+) -> None:
+    """End the program with a loop statement (``_expr_loop``), when one evaluates."""
+    name = f"t{len(body)}"
+    for _attempt in range(8):
+        expr = _expr_loop(rng, vs)
+        try:
+            v1 = _evaluate(expr, env1)
+        except Exception:
+            continue
+        if not _acceptable(v1):
+            continue
+        if env2 is not None:
+            try:
+                _evaluate(expr, env2)
+            except Exception:
+                continue
+        body.append(f"{name} = {expr}")
+        vs.append(Var(name, v1, None))
+        return
 
 
 def generate(seed: int, index: int) -> Program:
@@ -550,6 +605,9 @@ def generate(seed: int, index: int) -> Program:
     if not body:
         body.append(f"t0 = {names[0]} * 2")
         vs.append(Var("t0", None, None))
+    loops = np.random.default_rng([seed, index, 1])  # a stream of its own: the programs
+    if not raised and loops.random() < LOOP_P:  # without a loop are the ones seeds always gave
+        _append_loop(loops, body, vs, env1, env2)
     last = body[-1].split(" = ", 1)[0]
     returns = last
     made = [v.name for v in vs if v.name.startswith("t") and v.name != last]
@@ -801,7 +859,12 @@ def judge(
                 return Check(path, step, "mismatch", "alias", f"outputs {k} and {i} share memory")
     if want_numpy:  # NumPy in, NumPy out (SPEC section 5)
         for i, (out, e) in enumerate(zip(outs, want_outs)):
-            if not isinstance(out, (np.ndarray, np.generic)):
+            numpy_typed = isinstance(e, (np.ndarray, np.generic))  # (an empty loop's sum: 0)
+            if (
+                not isinstance(out, (np.ndarray, np.generic))
+                if numpy_typed
+                else type(out) is not type(e)
+            ):
                 return Check(
                     path,
                     step,
@@ -917,7 +980,8 @@ def check_program(program: Program, engines: Sequence[str]) -> list[Check]:
 
 def reproducer(program: Program, check: Check) -> str:
     """Self-contained Python source reproducing ``check`` (the result printed beside NumPy's)."""
-    lines = ["import numpy as np", "from numpy import nan, inf", "import kiln", "", program.source]
+    lines = ["import itertools", "import numpy as np", "from numpy import nan, inf", "import kiln"]
+    lines += ["", program.source]
     lines += [f"{n} = {array_literal(a)}" for n, a in zip(program.names, program.inputs)]
     call = ", ".join(program.names)
     if not check.path.startswith("trace:"):  # compile, dynamic, or a kill: the compile calls

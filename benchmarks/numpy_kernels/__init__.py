@@ -297,7 +297,8 @@ from . import (  # noqa: E402, I001  (registration order = table order)
     implicit,
     fills,
     updates,
+    loops,
 )
 
 del expressions, normalize, distances, stencils, simulations, rows, complex_kernels
-del montecarlo, shapes, implicit, fills, updates
+del montecarlo, shapes, implicit, fills, updates, loops
