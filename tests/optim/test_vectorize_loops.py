@@ -293,3 +293,29 @@ def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():
     other = RNG.standard_normal((8, 3))
     for got, want in zip(run(g, other), fn(other)):
         np.testing.assert_array_equal(got, want, strict=True)
+
+
+def test_a_short_sum_of_big_slices_stays_added():
+    def stencil(u):
+        return u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+
+    g = optimized(stencil, RNG.standard_normal((6, 6)))
+    assert "CumSum" not in ops(g) and ops(g).count("Add") == 3
+
+
+def test_a_loop_updating_two_arrays_row_by_row():
+    def step(pos, vel):
+        for p in range(pos.shape[0]):
+            vel[p] = vel[p] * 0.99 - pos[p] * 0.01
+            pos[p] += vel[p] * 0.01
+
+    f = kiln.compile(step)
+    for n in (6, 6, 6):
+        pos, vel = RNG.standard_normal((n, 2)), RNG.standard_normal((n, 2))
+        want_pos, want_vel = pos.copy(), vel.copy()
+        step(want_pos, want_vel)
+        assert f(pos, vel) is None
+        np.testing.assert_array_equal(pos, want_pos, strict=True)
+        np.testing.assert_array_equal(vel, want_vel, strict=True)
+    g = f.take_graph()
+    assert "kiln.SliceUpdate" not in ops(g) and ops(g).count("Add") == 1, ops(g)

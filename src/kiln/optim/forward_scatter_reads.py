@@ -221,8 +221,41 @@ class _Versions:
         return boxes[k] if k >= 0 else -1
 
 
+def _row_loops(writes: Mapping[int, ConstantWrites]) -> set[int]:
+    """The ``kiln.SliceUpdate`` writes (ids of their nodes) of chains whose boxes are
+    disjoint and together cover their array: a loop writing each row once
+    (``for p in ...: v[p] = f(v[p])``). A read of such a chain's version may go back past its
+    boxes: once its versions are read by the next write only, the chain folds into one
+    ``Concat`` (:mod:`fold_scatters`, :mod:`fold_full_overwrites`) and no box is left for the
+    plan to write in place."""
+    following: dict[int, list[ConstantWrites]] = {}
+    for w in writes.values():
+        p = writes.get(id(w.data))
+        if p is not None:
+            following.setdefault(id(p.node), []).append(w)
+    found: set[int] = set()
+    for w in writes.values():
+        p = writes.get(id(w.data))
+        if w.node.op != SLICE_UPDATE or (p is not None and p.node.op == SLICE_UPDATE):
+            continue  # not the first box of a chain
+        chain = [w]
+        while len(nxt := following.get(id(chain[-1].node), [])) == 1:
+            chain.append(nxt[0])
+        if nxt or any(c.node.op != SLICE_UPDATE or c.dims != w.dims for c in chain):
+            continue  # a branch, or other writes in the chain
+        written = np.concatenate([c.positions for c in chain])
+        if len(written) == w.cells and len(np.unique(written)) == w.cells:
+            found.update(id(c.node) for c in chain)
+    return found
+
+
 def _forward(
-    node: Node, source: _Source, read: np.ndarray, versions: _Versions, builder: GraphBuilder
+    node: Node,
+    source: _Source,
+    read: np.ndarray,
+    versions: _Versions,
+    builder: GraphBuilder,
+    row_loops: set[int],
 ) -> bool:
     """Add the nodes reading ``node``'s positions from the updates of the newest write that
     wrote them all, or from the oldest version before the writes that wrote none of them, or
@@ -236,7 +269,7 @@ def _forward(
     else:
         chain, at = versions.locate(source)
         newest = versions.newest(chain, at, read)
-        box = versions.newest_box(chain, at)
+        box = -1 if id(source.writes.node) in row_loops else versions.newest_box(chain, at)
     last = int(newest.max()) if newest.size else -1
     if box > last or (last >= 0 and bool((newest != last).any())):
         # a box none of whose cells are read (read its result: the plan writes boxes in
@@ -287,6 +320,7 @@ def forward_scatter_reads(graph: ModelGraph, options: DefaultsOptions) -> tuple[
         return previous if same else None
 
     versions = _Versions(older)
+    row_loops = _row_loops(writes)
     for node in graph.nodes:
         source = sources.get(id(node.inputs[0])) if node.inputs else None
         if source is None or node.op not in ("Gather", "GatherND", "Slice"):
@@ -296,7 +330,7 @@ def forward_scatter_reads(graph: ModelGraph, options: DefaultsOptions) -> tuple[
             continue
         before = len(builder.nodes)
         builder.source = node.source
-        if _forward(node, source, read, versions, builder):
+        if _forward(node, source, read, versions, builder, row_loops):
             replacements[node.name] = builder.nodes[before:]
     if not replacements:
         return graph, 0

@@ -37,7 +37,7 @@ from ..ops.batching import batching_rule
 from ..ops.registry import PURE, get_op
 from .transform import DefaultsOptions, transform
 
-__all__ = ["vectorize_loops", "MIN_ITERATIONS"]
+__all__ = ["vectorize_loops", "MIN_ITERATIONS", "MIN_ACCUMULATION"]
 
 # The fewest iterations a run must have to be batched: below it the per-node saving does not
 # pay for the gathers and reshapes batching adds.
@@ -47,6 +47,13 @@ MIN_ITERATIONS = 3
 _MAX_DEPTH = 150
 # The most elements a stack of per-iteration constants may hold.
 _MAX_STACKED = 1 << 22
+# The most elements an accumulated value may have for its chain of additions to become one
+# CumSum: the running sums take (iterations x elements) memory, and adding big arrays one
+# by one costs no more than the stacked sum (a stencil's four shifted slices stay as added).
+_MAX_TERM = 1 << 12
+# The fewest additions a chain must have to become one CumSum (which costs about five nodes:
+# a shorter chain, like ``a + b + c + d``, is cheaper added as it is).
+MIN_ACCUMULATION = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -427,7 +434,7 @@ def _vectorize(
 def _accumulations(graph: ModelGraph, matcher: _Matcher) -> list[list[Node]]:
     """Chains ``acc = acc + term`` (a loop accumulating into one value): the chain's ``Add``
     nodes in order, each intermediate sum read only by the next ``Add``, at least
-    :data:`MIN_ITERATIONS` long."""
+    :data:`MIN_ACCUMULATION` long."""
     uses: dict[int, int] = {}
     for node in graph.nodes:
         for v in node.inputs:
@@ -459,7 +466,7 @@ def _accumulations(graph: ModelGraph, matcher: _Matcher) -> list[list[Node]]:
         while (p := previous.get(id(chain[-1]))) is not None:
             chain.append(p)
         chain.reverse()
-        if len(chain) >= MIN_ITERATIONS:
+        if len(chain) >= MIN_ACCUMULATION:
             chains.append(chain)
     return chains
 
@@ -487,6 +494,8 @@ def _accumulate_from(
 ) -> tuple[list[Node], list[Constant]] | None:
     out = chain[-1].outputs[0]
     shape = tuple(out.shape)
+    if _size(out) > _MAX_TERM:
+        return None  # a few big terms: adding them as they are is as fast, with no copies
     terms = []
     acc = base
     for node in chain:
@@ -516,7 +525,7 @@ def vectorize_loops(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelG
     """Build the unrolled iterations of a loop once over a batch (see the module docstring)."""
     concats = [n for n in graph.nodes if n.op == "Concat" and len(n.inputs) >= MIN_ITERATIONS]
     adds = sum(1 for n in graph.nodes if n.op == "Add")
-    if not concats and adds < MIN_ITERATIONS:
+    if not concats and adds < MIN_ACCUMULATION:
         return graph, 0
     matcher = _Matcher(graph, options)
     scope = graph.name_scope()
@@ -527,7 +536,7 @@ def vectorize_loops(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelG
         if built is not None:
             replacements[node.name] = built[0]
             constants.extend(built[1])
-    if adds >= MIN_ITERATIONS:
+    if adds >= MIN_ACCUMULATION:
         for chain in _accumulations(graph, matcher):
             built = _accumulate(matcher, chain, scope)
             if built is not None and chain[-1].name not in replacements:
