@@ -122,9 +122,8 @@ class _Matcher:
         if not self._alike(nodes, made, index):  # (a node may repeat: x[i] in row i)
             return None
         opdef = get_op(head.op)
-        rule = batching_rule(opdef)
-        if rule is None or not opdef.has(PURE) or (rule.reassociates and not self.reassociate):
-            return None
+        if not opdef.has(PURE):
+            return None  # a random draw per iteration stays one
         inputs: list[_Entry | None] = []
         for position, given in enumerate(head.inputs):
             if given is None:
@@ -136,6 +135,9 @@ class _Matcher:
             inputs.append(entry)
         if all(e is None or isinstance(e, _Shared) for e in inputs):
             return _Shared(first)  # the same pure computation in every iteration
+        rule = batching_rule(opdef)
+        if rule is None or (rule.reassociates and not self.reassociate):
+            return None
         return _Batched(nodes, index, tuple(inputs))
 
     @staticmethod
@@ -527,6 +529,15 @@ def vectorize_loops(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelG
     adds = sum(1 for n in graph.nodes if n.op == "Add")
     if not concats and adds < MIN_ACCUMULATION:
         return graph, 0
+    try:
+        return _vectorize_graph(graph, options, concats, adds)
+    except RecursionError:  # a body nested deeper than the interpreter's stack allows
+        return graph, 0
+
+
+def _vectorize_graph(
+    graph: ModelGraph, options: DefaultsOptions, concats: list[Node], adds: int
+) -> tuple[ModelGraph, int]:
     matcher = _Matcher(graph, options)
     scope = graph.name_scope()
     replacements: dict[str, list[Node]] = {}
