@@ -410,3 +410,20 @@ def test_jax_subnormal_inputs_known_deviation(fn) -> None:
     traced = kiln.trace(fn, a)
     traced.finalize(engine="jax")
     _assert_same(np.asarray(traced(a)), _numpy(fn, a))
+
+
+def test_onnxruntime_keeps_zero_plus_negative_zero() -> None:
+    """onnxruntime's NoopElimination would drop ``0 + x`` (fuzz 22:933): -0.0 stayed -0.0."""
+
+    def f(a, b):
+        return sum(b[i] * a for i in range(len(b)))  # 0 + (False * -0.45) + ...
+
+    a = np.array([[3.72, -0.45], [-0.57, -3.48]])
+    b = np.zeros((2, 1), np.bool_)
+    traced = kiln.trace(f, a, b)
+    traced.optimize()
+    traced.finalize(engine="onnxruntime")
+    got = np.asarray(traced(a, b))
+    want = f(a, b)
+    np.testing.assert_array_equal(got, want, strict=True)
+    assert not np.signbit(got).any() and not np.signbit(want).any()

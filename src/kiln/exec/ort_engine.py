@@ -182,7 +182,12 @@ class OrtPlan(Plan):
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         try:
             self.session = ort.InferenceSession(
-                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                model.SerializeToString(),
+                options,
+                providers=["CPUExecutionProvider"],
+                # onnxruntime's NoopElimination drops ``0 + x``, wrong for x = -0.0 (NumPy:
+                # 0.0); kiln's own simplify_algebra keeps only the exact identities
+                disabled_optimizers=["NoopElimination"],
             )
         except Exception as exc:  # onnxruntime's own errors (NOT_IMPLEMENTED, INVALID_GRAPH)
             raise UnsupportedOperationError(
