@@ -165,6 +165,12 @@ def _size(v: Value) -> int:
 
 
 def _same_attrs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)  # plain values (an array's == is ambiguous: compared below)
+    except ValueError:
+        pass
     if a.keys() != b.keys():
         return False
     for k, x in a.items():
