@@ -59,9 +59,7 @@ def chain(x: np.ndarray, steps: int) -> np.ndarray:
     return y
 
 
-NODES_PER_ROW = (
-    9  # x[i] (Slice, Squeeze), Mul, Tanh, Add; the write: Slice, Squeeze, Reshape, SliceUpdate
-)
+NODES_PER_ROW = 7  # x[i] (Slice, Squeeze), Mul, Tanh, Add; the write: Reshape, SliceUpdate
 NODES_PER_STEP = 5  # Mul, Sin, Mul, Add, Sub
 
 

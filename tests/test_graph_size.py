@@ -71,7 +71,7 @@ def _chain(n: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return (lambda x: chain(x, n)), (np.random.default_rng(0).standard_normal(4),)
 
 
-# name -> (make a trace of n iterations, n): 9, 14, 6 and 5 recorded nodes an iteration
+# name -> (make a trace of n iterations, n): 7, 12, 6 and 5 recorded nodes an iteration
 WORKLOADS = {
     "rows": (_rows, 60),
     "accumulate": (_accumulate, 60),

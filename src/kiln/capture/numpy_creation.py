@@ -234,9 +234,18 @@ def _direct(frame: FrameType, name: str) -> bool:
 def _wrap(name: str, original: Callable[..., Any], impl: Callable[..., Any]) -> Callable[..., Any]:
     active, handler = _active_now, handler_now
 
+    is_user, getframe = _is_user.get, sys._getframe
+
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
-        if active() and handler() is not None and _direct(sys._getframe(1), name):
+        # kiln's own calls (np.asarray of an index, a constant) come here several times per
+        # recorded op: a library module is turned away by one lookup, without _direct.
+        if (
+            active()
+            and handler() is not None
+            and is_user(getframe(1).f_globals.get("__name__", "__main__")) is not False
+            and _direct(getframe(1), name)
+        ):
             try:
                 return impl(*args, **kwargs)
             except CaptureError:

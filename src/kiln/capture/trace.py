@@ -39,11 +39,21 @@ from .views import Storage, View, reread, root_of, stale_views, written
 
 __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
 
+# NumPy's own np.array: while a capture runs, the numpy module's is routed
+# (kiln.capture.numpy_creation), and kiln's calls would each pay the routing's checks.
+_np_array = getattr(np.array, "__kiln_original__", np.array)
+# Copied constants of at most this many elements are shared by contents (Tracer.value_of).
+_SHARED_CONSTANT_SIZE = 8
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, unsafe_hash=True)
 class TraceRef:
     """What a recording tensor carries: its tracer, its graph value, and, for a view of
-    another recorded array, how it was made (:mod:`kiln.capture.views`)."""
+    another recorded array, how it was made (:mod:`kiln.capture.views`).
+
+    Never changed once made (a new version of an array gets a new one: ``rebind``); not a
+    frozen dataclass only because one is made per recorded op, and a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``."""
 
     tracer: Tracer
     value: Value
@@ -69,6 +79,8 @@ class Tracer:
         self.compute = compute
         self.builder = GraphBuilder()  # the recorded inputs, constants and nodes
         self._constant_of: dict[int, tuple[Tensor, Value]] = {}  # id(tensor) -> (tensor, value)
+        # (dtype, shape, bytes) -> the constant holding them, for small copied constants
+        self._small_constants: dict[tuple[Any, ...], Value] = {}
         self._symbol_source: dict[str, tuple[Tensor, int]] = {}  # symbol -> (tensor, axis)
         self._size_tensors: dict[Dim, Tensor] = {}
         # Dynamic sizes an operation forced to one value: (symbol, size, message).
@@ -163,11 +175,23 @@ class Tracer:
             self.implicit_inputs.append((key, value))
             return value
         data = t._data
+        key = None
         if data.flags.writeable:  # a write after this must not change the graph's constant
-            data = np.array(data)
+            if data.size <= _SHARED_CONSTANT_SIZE:
+                # A small constant the function or kiln made (a scalar operand, a slice's
+                # bounds, an axis): one graph constant per contents, as CSE would merge them,
+                # instead of one per op of an unrolled loop.
+                key = (data.dtype, data.shape, data.tobytes())
+                shared = self._small_constants.get(key)
+                if shared is not None:
+                    self._constant_of[id(t)] = (t, shared)
+                    return shared
+            data = _np_array(data)
             data.flags.writeable = False
         value = self.builder.add_constant(data)
         self._constant_of[id(t)] = (t, value)  # holding t keeps id(t) from being reused
+        if key is not None:
+            self._small_constants[key] = value
         return value
 
     # -- writes (kiln.capture.views) -------------------------------------------------------
@@ -316,25 +340,50 @@ class Tracer:
     def apply(
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
     ) -> tuple[Tensor, ...]:
-        in_values = tuple([None if t is None else self.value_of(t) for t in inputs])
+        # The hot path of recording (issue 13: every op of an unrolled loop comes here):
+        # an input this trace recorded, not a stale view, is its graph value as it is.
+        in_list: list[Value | None] = []
+        arrays: list[np.ndarray | None] | None = [] if self.compute else None
+        for t in inputs:
+            if t is None:
+                in_list.append(None)
+                if arrays is not None:
+                    arrays.append(None)
+                continue
+            ref = t._trace
+            if type(ref) is TraceRef and ref.tracer is self and ref.view is None:
+                in_list.append(ref.value)
+            else:
+                in_list.append(self.value_of(t))
+            if arrays is not None:
+                data = t._data
+                if data is None:
+                    arrays = None  # symbolic only: nothing to compute
+                else:
+                    arrays.append(data)
+        in_values = tuple(in_list)
         if attrs and any(type(v) is TracedFloat for v in attrs.values()):
             # A float argument made a graph input, given as an attribute: read on the host.
             attrs = {k: float(v) if type(v) is TracedFloat else v for k, v in attrs.items()}
         outs = self.builder.add(op, in_values, attrs, source=user_source())
         out_types = [v.type for v in outs]
+        static = True  # every output size an int (no symbolic size to note or compare)
+        for ttype in out_types:
+            for d in ttype.shape:
+                if type(d) is not int:
+                    static = False
         results: Sequence[np.ndarray] | None = None
-        if self.compute:
-            arrays = [None if t is None else t._data for t in inputs]
-            if all(a is not None or t is None for a, t in zip(arrays, inputs)):
-                results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
-                _check_kernel(op, out_types, results)
+        if arrays is not None:
+            results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
+            _check_kernel(op, out_types, results, static)
         if self._symbolic:  # a static capture has no dynamic size to pin
             self._note_pins(op, attrs, in_values, out_types)
         tensors = []
         for i, value in enumerate(outs):
             data = None if results is None else results[i]
             t = Tensor._abstract(value.type, TraceRef(self, value), data)
-            self._note_symbols(t)
+            if not static:
+                self._note_symbols(t)
             tensors.append(t)
         if VIEW in op.traits and inputs and inputs[0] is not None:
             self._note_view(op, inputs, attrs, tensors[0])
@@ -648,6 +697,13 @@ def _rename(graph: ModelGraph, renames: dict[int, str]) -> ModelGraph:
 
     nodes = []
     for node in graph.nodes:
+        for w in (*node.inputs, *node.outputs):
+            if w is not None and id(w) in mapping:
+                break
+        else:
+            if node.name == node.outputs[0].name:
+                nodes.append(node)  # nothing renamed here (most nodes): the node as it is
+                continue
         outs = tuple(sub(v) for v in node.outputs)
         nodes.append(
             Node(
@@ -663,8 +719,14 @@ def _rename(graph: ModelGraph, renames: dict[int, str]) -> ModelGraph:
     return graph.with_body(nodes, outputs)
 
 
-def _check_kernel(op: OpDef, types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -> None:
+def _check_kernel(
+    op: OpDef, types: Sequence[TensorType], arrays: Sequence[np.ndarray], static: bool = False
+) -> None:
+    """Raise when a kernel's result does not have the type ``infer`` gave it (``static``: no
+    output size is symbolic, so the shapes compare as tuples of ints)."""
     for i, (t, a) in enumerate(zip(types, arrays)):
+        if static and t.shape == a.shape and t.dtype == a.dtype:
+            continue  # the common case, in one comparison
         if (
             t.dtype != a.dtype
             or len(t.shape) != a.ndim

@@ -22,6 +22,7 @@ then serves the call eagerly).
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
 
@@ -32,6 +33,7 @@ from ..functions.operands import cast
 from ..functions.shape import getitem, index_update_at, index_update_rows
 from ..ops.dispatch import current_handler
 from ..ops.registry import OpDef, TensorType
+from ..ops.shape import INT64_MIN
 from ..tensor import Tensor, call, dispatch, rebind
 
 __all__ = ["Storage", "View", "positions_of", "reread", "written", "root_of", "stale_views"]
@@ -81,8 +83,12 @@ class View:
         self.positions: Tensor | None = None
 
 
+# NumPy's own np.asarray (a capture routes the numpy module's: kiln.capture.numpy_creation).
+_np_asarray = getattr(np.asarray, "__kiln_original__", np.asarray)
+
+
 def _i64(values: list[int]) -> Tensor:
-    return Tensor._wrap(np.asarray(values, dtype=np.int64))
+    return Tensor._wrap(_np_asarray(values, dtype=np.int64))
 
 
 def _view_of(t: Tensor) -> View | None:
@@ -259,6 +265,10 @@ def _box_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
     a strided box of it (a ``Slice`` of the root, maybe squeezed) of static shape."""
     if index is not None and not _basic(index):
         return None
+    direct = _root_box(t, index)
+    if direct is not None:  # a root indexed by ints and slices: no read recorded to find it
+        extras, shape, box_shape = direct
+        return _slice_update(t, value, extras, shape, box_shape)
     target = t if index is None else getitem(t, index)
     view = _view_of(target)
     if view is None:
@@ -271,15 +281,99 @@ def _box_write(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
             return None
     if view.op.name != "Slice" or _view_of(view.parent) is not None:
         return None
-    shape, box_shape = tuple(target.shape), tuple(box.shape)
-    if not all(isinstance(d, int) for d in (*shape, *box_shape)):
+    if not all(isinstance(d, int) for d in (*target.shape, *box.shape)):
         return None
+    shape = tuple(int(d) for d in target.shape)
+    box_shape = tuple(int(d) for d in box.shape)
+    return _slice_update(view.parent, value, view.extras, shape, box_shape)
+
+
+def _root_box(
+    t: Tensor, index: Any
+) -> tuple[tuple[Tensor, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """For ``t[index]`` with ``t`` a root of static shape and ``index`` ints and slices (no
+    ``...``, no new axis; NumPy already checked it), the ``Slice`` inputs ``getitem`` would
+    give the box (starts, ends, axes, steps, as its own constants), the written shape and the
+    box's shape; None for anything else (``getitem`` finds the box, or raises)."""
+    if index is None or _view_of(t) is not None:
+        return None
+    entries = index if isinstance(index, tuple) else (index,)
+    if len(entries) > t.ndim or not all(type(d) is int for d in t.shape):
+        return None
+    dims = tuple(int(d) for d in t.shape)
+    starts: list[int] = []
+    ends: list[int] = []
+    axes: list[int] = []
+    steps: list[int] = []
+    shape: list[int] = []
+    box_shape = list(dims)
+    for axis, e in enumerate(entries):
+        d = dims[axis]
+        if isinstance(e, slice):  # getitem's bounds (functions.shape._slice_bounds)
+            step = 1 if e.step is None else operator.index(e.step)
+            if step == 0:
+                return None
+            start = None if e.start is None else operator.index(e.start)
+            stop = None if e.stop is None else operator.index(e.stop)
+            lo, hi, st = slice(start, stop, step).indices(d)
+            length = len(range(lo, hi, st))
+            shape.append(length)
+            box_shape[axis] = length
+            if (start is None and stop is None and step == 1) or (length == d and st == 1):
+                continue  # the whole axis
+            if length == 0:
+                lo, hi, st = 0, 0, 1
+            elif hi < 0:
+                hi = INT64_MIN
+            starts.append(lo)
+            ends.append(hi)
+            steps.append(st)
+            axes.append(axis)
+        elif isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_)):
+            i = operator.index(e)
+            if not -d <= i < d:
+                return None  # getitem raises NumPy's IndexError
+            i %= d
+            starts.append(i)
+            ends.append(i + 1)
+            steps.append(1)
+            axes.append(axis)
+            box_shape[axis] = 1
+        else:
+            return None
+    if not axes:
+        return None  # all of t: not a box write
+    shape.extend(dims[len(entries) :])
+    extras = (_i64(starts), _i64(ends), _i64(axes), _i64(steps))
+    return extras, tuple(shape), tuple(box_shape)
+
+
+def _slice_update(
+    root: Tensor,
+    value: Tensor,
+    extras: tuple[Tensor | None, ...],
+    shape: tuple[int, ...],
+    box_shape: tuple[int, ...],
+) -> Tensor:
+    """``SliceUpdate`` of ``root`` at the box of the ``Slice`` inputs ``extras`` (of
+    ``box_shape``) with ``value`` broadcast to the written ``shape``."""
     updates = value
     if tuple(value.shape) != shape:
         updates = call("Expand", value, _i64(list(shape)))
     if shape != box_shape:
         updates = call("Reshape", updates, _i64(list(box_shape)), allowzero=1)  # sizes known
-    return call("kiln.SliceUpdate", view.parent, updates, *view.extras)
+    # Recorded without running its kernel: NumPy's write (``perform``) already put the new
+    # contents into the root's array, which the root keeps, and the kernel's copy of the
+    # whole root at every write made a loop filling an array row by row quadratic.
+    handler = current_handler()
+    compute = getattr(handler, "compute", False)
+    if compute:
+        handler.compute = False  # type: ignore[union-attr]
+    try:
+        return call("kiln.SliceUpdate", root, updates, *extras)
+    finally:
+        if compute:
+            handler.compute = True  # type: ignore[union-attr]
 
 
 def _masked_update(t: Tensor, view: View | None, index: Any, value: Tensor) -> Tensor | None:

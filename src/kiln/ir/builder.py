@@ -17,13 +17,20 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import KilnError, OpArgumentError, OpTypeError
 from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
 from ..symbolic import Dim, SymDim, is_fresh
-from ..tensor import asarray
+from ..tensor import Tensor, asarray
 from .graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
 
 __all__ = ["GraphBuilder", "TypeHook", "expand_node"]
+
+# NumPy's own np.array (a capture routes the numpy module's: kiln.capture.numpy_creation).
+_np_array = getattr(np.array, "__kiln_original__", np.array)
+
+# The dtypes kiln supports, in native byte order: a constant of one needs no conversion.
+_NATIVE_DTYPES = frozenset(d for d in dtypes.ALL_DTYPES if d.isnative)
 
 # ``refine(opdef, inputs, attrs, types) -> types``: sees every node's inferred output types
 # before the node is recorded and may complete them (the ONNX importer fills in the contents of
@@ -68,6 +75,9 @@ class GraphBuilder:
         self._constant_data: dict[int, np.ndarray] = {}
         self._nodes: list[Node] = []
         self._node_names: set[str] = set()
+        # What ``infer`` gave for an operator on static input types and attributes (an
+        # unrolled loop records the same few calls over and over): see _infer_key.
+        self._inferred: dict[tuple[Any, ...], tuple[OpDef, tuple[TensorType, ...]]] = {}
 
     # -- what was built -------------------------------------------------------------------
 
@@ -118,13 +128,17 @@ class GraphBuilder:
         if isinstance(data, np.ndarray) and not data.flags.writeable:
             array = data
         else:
-            array = np.array(data)
+            array = _np_array(data)
             array.flags.writeable = False
         if name is None:
             name = self.scope.fresh(hint)
         else:
             self.scope.reserve(name)
-        value = Value(name, asarray(array).type)
+        if array.dtype in _NATIVE_DTYPES:  # the tracer adds one per Python scalar or index
+            ttype = Tensor._wrap(array).type
+        else:  # asarray checks the dtype (and makes the type's byte order native)
+            ttype = asarray(array).type
+        value = Value(name, ttype)
         self._constants.append(Constant(value, array))
         self._constant_data[id(value)] = array
         return value
@@ -230,10 +244,24 @@ class GraphBuilder:
     def _infer(
         self, opdef: OpDef, inputs: Sequence[Value | None], bound: dict[str, Any]
     ) -> list[TensorType]:
+        in_types = [None if v is None else v.type for v in inputs]
+        key = _infer_key(opdef, in_types, bound)
+        if key is not None:
+            try:
+                known = self._inferred.get(key)
+            except TypeError:  # an attribute that is not hashable (an array)
+                key = known = None
+            if known is not None and known[0] is opdef:
+                return list(known[1])
         opdef.check_arity(len(inputs))
-        types = list(opdef.infer([None if v is None else v.type for v in inputs], bound))
+        types = list(opdef.infer(in_types, bound))
         if self._refine is not None:
             types = list(self._refine(opdef, inputs, bound, types))
+        elif key is not None and _infer_key(opdef, types, None) is not None:
+            # (not a fresh size: a data-dependent size is a new symbol at every node)
+            if len(self._inferred) >= _INFER_MEMO_LIMIT:
+                self._inferred.clear()
+            self._inferred[key] = (opdef, tuple(types))
         return types
 
     def _outputs(
@@ -245,6 +273,10 @@ class GraphBuilder:
         hint: str | None,
         known_shapes: Sequence[Sequence[Dim | None] | None],
     ) -> tuple[Value, ...]:
+        if n_outputs is None and not given and hint is None and not known_shapes:
+            # What the tracer asks for at every op it records: every output, fresh names.
+            base, fresh = snake_case(opdef.name), self.scope.fresh
+            return tuple([Value(fresh(base), ttype) for ttype in types])
         count = len(types) if n_outputs is None else n_outputs
         declared = max(count, len(given))
         if declared > len(types):
@@ -296,6 +328,38 @@ class GraphBuilder:
         self._node_names.add(chosen)
         self.scope.reserve(chosen)
         return chosen
+
+
+_INFER_MEMO_LIMIT = 4096
+
+
+def _infer_key(
+    opdef: OpDef, types: Sequence[TensorType | None], bound: Mapping[str, Any] | None
+) -> tuple[Any, ...] | None:
+    """The key under which ``infer``'s answer for these input types and bound attributes is
+    remembered, or None when it must run: a symbolic size anywhere (comparing one may record
+    a shape guard, which a remembered answer would skip). An attribute that is not hashable
+    (an array) makes the lookup fail: the caller then runs ``infer``. ``infer`` is a
+    function of the types (contents included) and the attributes, and a remembered answer
+    is one it gave, so the call it stands for passed the arity check and every check
+    ``infer`` makes. (``bound`` None: only whether the types are all static.)"""
+    parts: list[Any] = []
+    for t in types:
+        if t is None:
+            parts.append(None)
+            continue
+        for d in t.shape:
+            if type(d) is not int:
+                return None
+        value = t.value
+        if value is not None:
+            for item in value:
+                if type(item) is not int:  # (floats: 0.0 and -0.0 would share a key)
+                    return None
+        parts.append((t.dtype, t.shape, value))  # a tuple hashes in C, a TensorType does not
+    if bound is None:
+        return ()
+    return (opdef.name, opdef.domain, tuple(parts), tuple(bound.items()) if bound else ())
 
 
 def _with_known_sizes(ttype: TensorType, known: Sequence[Dim | None]) -> TensorType:

@@ -22,7 +22,12 @@ __all__ = [
 
 def substitute_node(node: Node, mapping: Mapping[int, Value]) -> Node:
     """``node`` with each input found in ``mapping`` (by id) replaced; the same node if none."""
-    inputs = tuple(None if v is None else mapping.get(id(v), v) for v in node.inputs)
+    for v in node.inputs:  # most nodes read nothing replaced: one lookup per input
+        if v is not None and id(v) in mapping:
+            break
+    else:
+        return node
+    inputs = tuple([None if v is None else mapping.get(id(v), v) for v in node.inputs])
     if all(a is b for a, b in zip(inputs, node.inputs)):
         return node
     return Node(node.op, inputs, node.outputs, node.attrs, node.name, node.source)
@@ -55,11 +60,17 @@ def topological_order(nodes: Sequence[Node], defined: Iterable[Value]) -> list[N
     """
     ready = {id(v) for v in defined}
     i = 0  # the common case: already in order, nothing to do
+    add = ready.add
     for node in nodes:
-        if any(v is not None and id(v) not in ready for v in node.inputs):
-            break
-        ready.update(id(v) for v in node.outputs)
-        i += 1
+        for v in node.inputs:
+            if v is not None and id(v) not in ready:
+                break
+        else:
+            for v in node.outputs:
+                add(id(v))
+            i += 1
+            continue
+        break
     else:
         return list(nodes)
     ordered = list(nodes[:i])
@@ -161,15 +172,27 @@ def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
         (1, ['Add'])
     """
     live = {id(v) for v in graph.output_values}
-    producer = {id(v): node for node in graph.nodes for v in node.outputs}
+    producer: dict[int, Node] | None = None  # made when a GatherND may need it
     kept = []
+    add = live.add
     for node in reversed(graph.nodes):
         # A node that can raise (on its values, or on sizes checked at run time) is live even
         # when unused: the run raises where NumPy would.
-        used = any(id(v) in live for v in node.outputs)
-        if used or (can_raise(node) and not _gathers_own_nonzero(node, producer)):
-            kept.append(node)
-            live.update(id(v) for v in node.inputs if v is not None)
+        for v in node.outputs:
+            if id(v) in live:
+                break
+        else:
+            if not can_raise(node):
+                continue
+            if node.op == "GatherND":
+                if producer is None:
+                    producer = {id(o): n for n in graph.nodes for o in n.outputs}
+                if _gathers_own_nonzero(node, producer):
+                    continue
+        kept.append(node)
+        for i in node.inputs:
+            if i is not None:
+                add(id(i))
     kept.reverse()
     constants = [c for c in graph.constants if id(c.value) in live]
     removed = len(graph.nodes) - len(kept) + len(graph.constants) - len(constants)

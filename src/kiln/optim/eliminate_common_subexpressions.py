@@ -16,6 +16,8 @@ _MAX_CONSTANT_BYTES = 1 << 12  # compare constants' contents up to this size
 
 
 def _attr_key(attrs: Mapping[str, object]) -> Hashable:
+    if not attrs:
+        return ()  # most nodes of an unrolled loop: nothing to sort
     items = []
     for k in sorted(attrs):
         v = attrs[k]
@@ -58,7 +60,7 @@ def eliminate_common_subexpressions(
         node = substitute_node(node, mapping)
         key = (
             node.op,
-            tuple(None if v is None else id(v) for v in node.inputs),
+            tuple([None if v is None else id(v) for v in node.inputs]),
             _attr_key(node.attrs),
             len(node.outputs),
         )

@@ -141,8 +141,8 @@ def constant_equals(data: np.ndarray, target: float | bool) -> bool:
         (True, False)
     """
     data = np.asarray(data)
-    if data.size == 0:
-        return False
+    if data.size == 0 or data.dtype.kind == "c":
+        return False  # complex: no rule's real constant (x * 1j is not x * 0)
     if data.size == 1 and data.dtype.kind == "f":
         # The common case (a Python scalar in the user's code), without array temporaries:
         # the same test on the one element, widened exactly to a Python float.
@@ -214,8 +214,8 @@ class Match:
         """The single value of the constant captured as ``name`` (None: not a one-element
         constant)."""
         data = self.data(name)
-        if data is None or data.size != 1:
-            return None
+        if data is None or data.size != 1 or data.dtype.kind == "c":
+            return None  # complex: not a real number a rule could use
         return float(data.reshape(()))
 
     def axes(self, name: str) -> tuple[int, ...] | None:
@@ -370,13 +370,39 @@ class _Matcher:
 # -- building replacements ----------------------------------------------------------------
 
 
+_UNSET_SCOPE = NameScope()  # a lazy Builder's scope until it is made (never named from)
+
+
 class Builder(GraphBuilder):
     """Makes the nodes and constants of one replacement: a :class:`~kiln.ir.GraphBuilder`
     over the graph's name scope, with the rules' shorthand (attributes as keywords).
 
     The driver makes one per attempt and keeps its nodes until it accepts the replacement,
-    so a rule that gives up half way leaves nothing behind.
+    so a rule that gives up half way leaves nothing behind. ``scope`` may be a function
+    giving the scope, called when the first name is needed (most attempts name nothing, and
+    a graph's name scope costs a pass over the graph).
     """
+
+    def __init__(
+        self, scope: NameScope | Callable[[], NameScope] | None = None, source: str = ""
+    ) -> None:
+        self._made_scope: NameScope | None = None
+        self._scope_of = None if scope is None or isinstance(scope, NameScope) else scope
+        lazy = self._scope_of is not None
+        super().__init__(_UNSET_SCOPE if lazy else scope, source)  # type: ignore[arg-type]
+        if lazy:
+            self._made_scope = None  # made by _scope_of when first needed
+
+    @property  # type: ignore[override]
+    def scope(self) -> NameScope:
+        if self._made_scope is None and self._scope_of is not None:
+            self._made_scope = self._scope_of()
+        assert self._made_scope is not None
+        return self._made_scope
+
+    @scope.setter
+    def scope(self, value: NameScope) -> None:
+        self._made_scope = value
 
     def op(self, name: str, *inputs: Value | None, **attrs: Any) -> Value:
         """Add a node of the single-output operator ``name``; returns its output value.
@@ -451,6 +477,24 @@ class _Indexed:
     roots: tuple[str, ...]
     required: frozenset[frozenset[str]]
     prefilter: bool
+    # For a prefiltered operator root: the number of inputs, and per input the operators
+    # its producer must have (None: any value). What may_match checks first, read once per
+    # kind of node instead of once per node (see _Sweep._candidates).
+    children: tuple[frozenset[str] | None, ...] | None = None
+
+    def may_fit(self, in_ops: tuple[str | None, ...], commutative: bool) -> bool:
+        """Whether a node whose inputs' producers have the operators ``in_ops`` (None: not
+        a node's first output) can match, as far as the root's inputs tell."""
+        children = self.children
+        if children is None:
+            return True
+        if len(children) != len(in_ops):
+            return False
+        if all(c is None or o in c for c, o in zip(children, in_ops)):
+            return True
+        if commutative and len(in_ops) == 2:
+            return all(c is None or o in c for c, o in zip(children, reversed(in_ops)))
+        return False
 
 
 def _index(rules: Sequence[Rule]) -> list[_Indexed]:
@@ -458,7 +502,13 @@ def _index(rules: Sequence[Rule]) -> list[_Indexed]:
     for rule in rules:
         agree = _names_agree(rule.pattern)
         required = _required_ops(rule.pattern) if agree else frozenset()
-        indexed.append(_Indexed(rule, _root_ops(rule.pattern), required, agree))
+        children = None
+        p = rule.pattern
+        if agree and p.ops and not p.alternatives:
+            children = tuple(
+                frozenset(q.ops) if q.ops and not q.alternatives else None for q in p.inputs
+            )
+        indexed.append(_Indexed(rule, _root_ops(rule.pattern), required, agree, children))
     return indexed
 
 
@@ -484,6 +534,9 @@ class _Sweep:
         # that is absent cannot match, so it is left out of by_op until one appears.
         self.present = {node.op for node in graph.nodes}
         self.by_op = self._by_op()
+        # The rules that may fit a node, by its operator and its inputs' producers' operators
+        # (an unrolled loop has many nodes and few kinds of them); reset with by_op.
+        self._fitting: dict[tuple[str, tuple[str | None, ...]], list[_Indexed]] = {}
         self.constants: dict[int, np.ndarray] = {id(c.value): c.data for c in graph.constants}
         self.new_constants: list[Constant] = []
         self.producers: dict[int, Node] = {}
@@ -523,6 +576,9 @@ class _Sweep:
             self._scope = self.graph.name_scope()
         return self._scope
 
+    def _shared_scope(self) -> NameScope:
+        return self.scope
+
     def run(self) -> None:
         matcher = _Matcher(self.producers, self.constants)
         for node in self.graph.nodes:
@@ -540,6 +596,9 @@ class _Sweep:
         rules = self.by_op.get(node.op)
         if not rules:
             return False
+        rules = self._candidates(node, rules)
+        if not rules:
+            return False
         for v in node.outputs:  # the root is matched like any producer
             self.producers[id(v)] = node
         if self._apply(node, rules, matcher):
@@ -547,6 +606,22 @@ class _Sweep:
         for v in node.outputs:
             del self.producers[id(v)]
         return False
+
+    def _candidates(self, node: Node, rules: list[_Indexed]) -> list[_Indexed]:
+        """``rules`` (those rooted at ``node``'s operator) less those whose root inputs
+        cannot fit ``node``'s (:meth:`_Indexed.may_fit`)."""
+        producers = self.producers
+        in_ops = []
+        for v in node.inputs:
+            made = None if v is None else producers.get(id(v))
+            in_ops.append(made.op if made is not None and made.outputs[0] is v else None)
+        key = (node.op, tuple(in_ops))
+        fitting = self._fitting.get(key)
+        if fitting is None:
+            commutative = COMMUTATIVE in node.opdef.traits
+            fitting = [r for r in rules if r.may_fit(key[1], commutative)]
+            self._fitting[key] = fitting
+        return fitting
 
     def _apply(self, node: Node, rules: Sequence[_Indexed], matcher: _Matcher) -> bool:
         root = node.outputs[0]
@@ -557,7 +632,7 @@ class _Sweep:
             for match in matcher.matches(rule.pattern, node):
                 if rule.exclusive and not self._exclusive(match):
                     continue
-                builder = Builder(self.scope, node.source)
+                builder = Builder(self._shared_scope, node.source)
                 try:
                     result = rule.build(match, builder, self.options)
                 except (OpArgumentError, OpTypeError):
@@ -592,6 +667,7 @@ class _Sweep:
             if made.op not in self.present:  # rules that needed it may match from now on
                 self.present.add(made.op)
                 self.by_op = self._by_op()
+                self._fitting = {}
         for old, new in zip(node.outputs, replacements):
             self.mapping[id(old)] = new
             self.stale.add(id(new))

@@ -216,8 +216,8 @@ def _fold_constants_of(kind: str):  # type: ignore[no-untyped-def]
 
     def build(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
         x = m["x"]
-        if dtypes.is_floating(x.dtype) and not options.allow_reassociation:
-            return None
+        if not dtypes.is_integer(x.dtype) and not options.allow_reassociation:
+            return None  # floats and complex numbers round
         c1, c2 = m.data("c1"), m.data("c2")
         assert c1 is not None and c2 is not None
         # The optimizer's folding limit: a bigger combined constant would grow the graph.
