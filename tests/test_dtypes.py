@@ -24,6 +24,8 @@ NAMES = [
     "bfloat16",
     "float32",
     "float64",
+    "complex64",
+    "complex128",
 ]
 
 
@@ -50,7 +52,9 @@ def test_dtypes_equal_numpy_dtypes() -> None:
 
 
 def test_dtype_groups() -> None:
-    assert len(dtypes.ALL_DTYPES) == 13 == len(set(dtypes.ALL_DTYPES))
+    assert len(dtypes.ALL_DTYPES) == 15 == len(set(dtypes.ALL_DTYPES))
+    assert set(dtypes.COMPLEX_DTYPES) == {kiln.complex64, kiln.complex128}
+    assert not set(dtypes.COMPLEX_DTYPES) & set(dtypes.NUMERIC_DTYPES)
     assert set(dtypes.FLOAT_DTYPES) == {kiln.float16, kiln.bfloat16, kiln.float32, kiln.float64}
     assert kiln.bool_ not in dtypes.NUMERIC_DTYPES
     assert set(dtypes.INT_DTYPES) | set(dtypes.FLOAT_DTYPES) == set(dtypes.NUMERIC_DTYPES)
@@ -87,7 +91,7 @@ def test_as_dtype_rejects_non_dtypes(bad: object) -> None:
     assert isinstance(info.value, TypeError) and isinstance(info.value, KilnError)
 
 
-@pytest.mark.parametrize("bad", ["complex64", np.complex128, object, str, "datetime64[s]"])
+@pytest.mark.parametrize("bad", [np.longdouble, object, str, "datetime64[s]"])
 def test_as_dtype_rejects_unsupported_dtypes_naming_them(bad: object) -> None:
     with pytest.raises(TypeError, match="does not support dtype") as info:
         dtypes.as_dtype(bad)
@@ -156,9 +160,17 @@ def test_result_type_reads_dtype_of_arrays_and_tensors() -> None:
     assert dtypes.result_type(kiln.tensor([1], dtype="int8"), 3.5) == kiln.float64
 
 
+def test_result_type_of_complex_python_scalars_is_weak() -> None:
+    # NEP 50: a Python complex takes the precision of the strong operand's kind
+    assert dtypes.result_type(kiln.float32, 1j) == kiln.complex64
+    assert dtypes.result_type(kiln.float64, 1j) == kiln.complex128
+    assert dtypes.result_type(kiln.int32, 1j) == kiln.complex128
+    assert dtypes.result_type(kiln.float16, 1j) == kiln.complex64
+
+
 def test_result_type_rejects_unsupported_results() -> None:
-    with pytest.raises(OpTypeError, match="complex64"):
-        dtypes.result_type(kiln.float32, 1j)
+    with pytest.raises(OpTypeError, match="longdouble|float128"):
+        dtypes.result_type(np.dtype(np.longdouble), kiln.float32)
 
 
 @pytest.mark.parametrize("dt", dtypes.ALL_DTYPES, ids=lambda d: d.name)
@@ -167,5 +179,7 @@ def test_predicates(dt: np.dtype) -> None:
     assert dtypes.is_integer(dt) == (dt.kind in "iu")
     assert dtypes.is_signed_integer(dt) == (dt.kind == "i")
     assert dtypes.is_bool(dt) == (dt.kind == "b")
+    assert dtypes.is_complex(dt) == (dt.kind == "c")
     # Exactly one family.
-    assert dtypes.is_floating(dt) + dtypes.is_integer(dt) + dtypes.is_bool(dt) == 1
+    families = dtypes.is_floating(dt), dtypes.is_integer(dt), dtypes.is_bool(dt)
+    assert sum(families) + dtypes.is_complex(dt) == 1

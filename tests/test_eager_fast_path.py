@@ -199,8 +199,10 @@ def test_errors_on_a_planned_signature_are_the_front_doors() -> None:
 
 
 def test_reduction_keys_leave_out_the_datas_contents() -> None:
-    # ReduceSum's infer reads its axes (a constant), never the data: a small float tensor's
-    # contents must not join the eager key (one entry serves every value), the axes' must.
+    # ReduceSum's infer never reads the data: a small float tensor's contents must not join
+    # the eager key (one entry serves every value). Its axes' contents join it only where the
+    # result's shape depends on them: not for a 1-D input (every axis gives a scalar; the
+    # kernel checks the axis when it runs), but for a 2-D one.
     from kiln.tensor import call
 
     ktensor._eager.clear()
@@ -210,7 +212,15 @@ def test_reduction_keys_leave_out_the_datas_contents() -> None:
             x = np.arange(6.0) * k - 1.5  # 1-D float: its type carries its contents
             got = call("ReduceSum", kiln.asarray(x), axes, keepdims=0)
             _same(got, x.sum(axis=axis))
+    assert len(ktensor._eager) == 1  # the key alone
+    ktensor._eager.clear()
+    m = np.arange(6.0).reshape(2, 3)
+    for axis in (0, 1, 0, 1):
+        got = call("ReduceSum", kiln.asarray(m), kiln.asarray(np.array([axis])), keepdims=0)
+        _same(got, m.sum(axis=axis))
     assert len(ktensor._eager) == 3  # the key, and one per axes' contents
+    with pytest.raises(ValueError):
+        call("ReduceSum", kiln.asarray(np.arange(6.0)), kiln.asarray(np.array([3])), keepdims=0)
 
 
 def test_capture_records_planned_front_doors() -> None:

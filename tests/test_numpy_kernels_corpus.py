@@ -39,8 +39,8 @@ corpus = _load_corpus()
 # covers the cause. strict=False: they pass as soon as that work lands.
 _ISSUE12 = "needs in-place functionalization (issue 12)"
 KNOWN_FAILURES: dict[str, str] = {}
-# (dft_matrix and rotate_phasors, a complex Python scalar times a tensor: NumPy computes them
-# through the ufunc protocol now, served eagerly; issue 11 item 8 is complex capture.)
+# (dft_matrix, rotate_phasors and mandelbrot compile since complex capture, issue 11 item 8;
+# power_spectrum's np.fft.rfft falls back.)
 
 
 def _param(k):

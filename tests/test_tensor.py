@@ -441,8 +441,8 @@ def test_from_dlpack_refuses_non_cpu_objects() -> None:
 @pytest.mark.parametrize(
     ("data", "name"),
     [
-        ([1 + 2j], "complex128"),
-        (np.zeros(2, np.complex64), "complex64"),
+        (np.zeros(2, np.longdouble), np.dtype(np.longdouble).name),
+        (np.zeros(2, "datetime64[s]"), "datetime64"),
         ([object()], "object"),
         (["a", "b"], "<U1"),
     ],
@@ -455,8 +455,9 @@ def test_unsupported_dtypes_raise_type_error_naming_them(data: object, name: str
 
 
 def test_unsupported_dtype_argument_raises() -> None:
-    with pytest.raises(TypeError, match="complex64"):
-        kiln.tensor([1.0], dtype="complex64")
+    with pytest.raises(TypeError, match="datetime64"):
+        kiln.tensor([1.0], dtype="datetime64[s]")
+    assert kiln.tensor([1.0], dtype="complex64").dtype == kiln.complex64
     with pytest.raises(TypeError, match="is not a dtype"):
         kiln.zeros(2, dtype="nope")
 

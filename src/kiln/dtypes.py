@@ -30,13 +30,17 @@ __all__ = [
     "bfloat16",
     "float32",
     "float64",
+    "complex64",
+    "complex128",
     "as_dtype",
     "result_type",
     "is_floating",
     "is_integer",
     "is_signed_integer",
     "is_bool",
+    "is_complex",
     "ALL_DTYPES",
+    "COMPLEX_DTYPES",
     "FLOAT_DTYPES",
     "INT_DTYPES",
     "NUMERIC_DTYPES",
@@ -60,13 +64,18 @@ float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
 
 FLOAT_DTYPES: tuple[np.dtype, ...] = (float16, bfloat16, float32, float64)
 SIGNED_DTYPES: tuple[np.dtype, ...] = (int8, int16, int32, int64)
 UNSIGNED_DTYPES: tuple[np.dtype, ...] = (uint8, uint16, uint32, uint64)
 INT_DTYPES: tuple[np.dtype, ...] = SIGNED_DTYPES + UNSIGNED_DTYPES
 NUMERIC_DTYPES: tuple[np.dtype, ...] = INT_DTYPES + FLOAT_DTYPES
-ALL_DTYPES: tuple[np.dtype, ...] = (bool_,) + NUMERIC_DTYPES
+# Complex numbers are not in NUMERIC_DTYPES (the real numbers every ordered or integer operator
+# takes): an operator that computes them says so by adding COMPLEX_DTYPES to its dtype set.
+COMPLEX_DTYPES: tuple[np.dtype, ...] = (complex64, complex128)
+ALL_DTYPES: tuple[np.dtype, ...] = (bool_,) + NUMERIC_DTYPES + COMPLEX_DTYPES
 _SUPPORTED = frozenset(ALL_DTYPES)
 
 
@@ -97,14 +106,16 @@ def _names() -> str:
 def result_type(*operands: Any) -> np.dtype:
     """The dtype NumPy 2 gives an operation over ``operands``.
 
-    Operands are dtypes, arrays or tensors (strong) and Python ``bool``/``int``/``float``
-    scalars (weak: they adopt the dtype of the strong operands where the kind allows).
+    Operands are dtypes, arrays or tensors (strong) and Python ``bool``/``int``/``float``/
+    ``complex`` scalars (weak: they adopt the dtype of the strong operands where the kind allows).
 
     Example:
         >>> result_type(float32, 2.0)
         dtype('float32')
         >>> result_type(int32, 2.5)
         dtype('float64')
+        >>> result_type(float32, 1j)
+        dtype('complex64')
     """
     args = [getattr(op, "dtype", op) for op in operands]
     return as_dtype(np.result_type(*args))
@@ -130,6 +141,11 @@ def is_bool(dtype: np.dtype) -> bool:
     return dtype == bool_
 
 
+def is_complex(dtype: np.dtype) -> bool:
+    """True for complex64 and complex128."""
+    return dtype in COMPLEX_DTYPES
+
+
 # ONNX TensorProto.DataType numbers: Cast's ``to`` attribute, stash types, and the element
 # types of ONNX files.
 _ONNX_CODES: dict[np.dtype, int] = {
@@ -145,9 +161,18 @@ _ONNX_CODES: dict[np.dtype, int] = {
     float64: 11,
     uint32: 12,
     uint64: 13,
+    complex64: 14,
+    complex128: 15,
     bfloat16: 16,
 }
 _FROM_ONNX = {code: dt for dt, code in _ONNX_CODES.items()}
+
+# ONNX string tensors (data type 8) are NumPy object arrays of ``str``, as onnx.numpy_helper
+# and onnxruntime give them. Not a kiln tensor dtype (``as_dtype`` refuses it): only an
+# imported ONNX model's Cast/CastLike take or make strings.
+string = np.dtype(object)
+_STRING_CODE = 8
+_FROM_ONNX[_STRING_CODE] = string
 
 
 def onnx_dtype_code(dtype: DTypeLike) -> int:
@@ -157,6 +182,8 @@ def onnx_dtype_code(dtype: DTypeLike) -> int:
         >>> onnx_dtype_code(float32), onnx_dtype_code("int64")
         (1, 7)
     """
+    if isinstance(dtype, np.dtype) and dtype == string:
+        return _STRING_CODE
     return _ONNX_CODES[as_dtype(dtype)]
 
 

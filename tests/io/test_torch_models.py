@@ -112,3 +112,48 @@ def test_tiny_transformer_layer() -> None:
         want = model(x).numpy()
     assert_close(graph.run([x.numpy()])[0], want, rtol=1e-4, atol=1e-4)
     assert np.isfinite(want).all()
+
+
+class ViewBatch(nn.Module):
+    """``x.view(x.size(0), -1)``: exported without constant folding, the target shape is
+    computed from ``Shape`` when the graph runs (issue 14)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x.view(x.size(0), -1)))
+
+
+def test_view_of_a_run_time_batch_runs_at_unseen_batch_sizes() -> None:
+    torch.manual_seed(0)
+    module = ViewBatch().eval()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                module,
+                (torch.randn(2, 3, 4),),
+                buffer,
+                input_names=["x"],
+                output_names=["y"],
+                dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+                opset_version=17,
+                do_constant_folding=False,
+                dynamo=False,
+            )
+        except Exception as exc:  # pragma: no cover - depends on the torch build
+            pytest.skip(f"torch could not export without constant folding: {exc}")
+    graph = kiln.io.load(buffer.getvalue())  # no constant_inputs: the shape is computed
+    assert any(n.op == "Shape" for n in graph.nodes)
+    graph.verify()
+    graph.finalize()
+    for batch in (1, 3, 6):  # 2 at export
+        x = torch.randn(batch, 3, 4, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            want = module(x).numpy()
+        (got,) = graph.run({"x": x.numpy()})
+        assert np.asarray(got).shape == (batch, 5)
+        assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -13,7 +13,7 @@ from kiln.ir.builder import GraphBuilder
 from kiln.ops import get_op
 from kiln.ops.dispatch import run_kernel
 from kiln.ops.registry import TensorType
-from kiln.symbolic import symbol
+from kiln.symbolic import is_fresh, symbol
 from kiln.tensor import dispatch
 
 B, S = symbol("B"), symbol("S")
@@ -56,10 +56,48 @@ def test_reduce_infer_omitted_and_empty_axes() -> None:
     assert noop[0].shape == (B, 3)
 
 
-def test_reduce_unknown_axes_value_is_a_clear_error() -> None:
+def test_reduce_axes_computed_at_run_time_give_fresh_sizes() -> None:
+    # Which axes are reduced is known only when the graph runs: the rank follows from their
+    # number, each size that may change is a fresh size (a static 1 stays 1 with keepdims).
+    data = TensorType(F32, (B, 1, 4))
+    (kept,) = _infer("ReduceSum", [data, _axes(1, known=False)], keepdims=1)
+    assert len(kept.shape) == 3 and kept.shape[1] == 1
+    assert all(is_fresh(d) for d in (kept.shape[0], kept.shape[2]))
+    (dropped,) = _infer("ReduceMax", [data, _axes(1, 2, known=False)], keepdims=0)
+    assert len(dropped.shape) == 1 and is_fresh(dropped.shape[0])
+    with pytest.raises(OpArgumentError, match=r"ReduceSum: input 'axes' has 4 entries"):
+        _infer("ReduceSum", [data, _axes(0, 1, 2, 3, known=False)], keepdims=0)
+
+
+def test_reduce_axes_of_unknown_length_are_a_clear_error() -> None:
     data = TensorType(F32, (B, 3))
-    with pytest.raises(OpArgumentError, match=r"ReduceSum: the value of input 'axes'.*constant"):
-        _infer("ReduceSum", [data, _axes(1, known=False)])
+    axes = TensorType(I64, (S,))  # not even the number of axes is known: nor is the rank
+    with pytest.raises(OpArgumentError, match=r"ReduceSum: input 'axes'.*constant_inputs="):
+        _infer("ReduceSum", [data, axes], keepdims=0)
+
+
+@pytest.mark.parametrize(
+    "axes, keepdims", [((1,), 1), ((-1,), 0), ((0, 2), 0), ((2, 0), 1), ((-3, 1, 2), 0)]
+)
+def test_reduce_kernel_with_run_time_axes_matches_numpy(axes, keepdims) -> None:
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (got,) = run_kernel(get_op("ReduceSum"), [x, np.array(axes, np.int64)], {"keepdims": keepdims})
+    want = np.sum(x, axis=axes, keepdims=bool(keepdims))
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "axes, words",
+    [
+        ((3,), r"ReduceSum: input 'axes' \[3\] is out of range for rank 3"),
+        ((1, -2), "ReduceSum: input 'axes' .* repeats an axis"),
+    ],
+)
+def test_reduce_kernel_checks_run_time_axes(axes, words) -> None:
+    x = np.ones((2, 3, 4), np.float32)
+    with pytest.raises(OpArgumentError, match=words):
+        run_kernel(get_op("ReduceSum"), [x, np.array(axes, np.int64)], {})
 
 
 def test_reduce_symbolic_axes_value_is_rejected() -> None:
@@ -162,6 +200,12 @@ def test_cumsum_infer() -> None:
         _infer("CumSum", [x, TensorType(I64, (2,), (0, 1))])
 
 
+def test_topk_kernel_checks_a_run_time_k() -> None:
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    with pytest.raises(OpArgumentError, match=r"TopK: K=6 is out of range.*0 <= K <= 5"):
+        run_kernel(get_op("TopK"), [x, np.asarray([6], np.int64)], {})
+
+
 def test_topk_ties_keep_the_lower_index_first() -> None:
     x = np.asarray([[1, 3, 3, 0, 3]], np.int32)
     k = np.asarray([2], np.int64)
@@ -181,8 +225,10 @@ def test_topk_infer() -> None:
     # K computed from a symbolic size keeps that size.
     (values, _) = _infer("TopK", [TensorType(F32, (B, S)), TensorType(I64, (1,), (S,))])
     assert values.shape == (B, S)
-    with pytest.raises(OpArgumentError, match="TopK: the value of input 'K' must be known"):
-        _infer("TopK", [x, TensorType(I64, (1,), None)])
+    # K computed at run time: the size along the axis is a fresh size, shared by both outputs.
+    values, indices = _infer("TopK", [x, TensorType(I64, (1,), None)], axis=-1)
+    assert values.shape[0] == B and is_fresh(values.shape[1])
+    assert indices.shape == values.shape
     with pytest.raises(OpArgumentError, match=r"TopK: K=11 is out of range.*0 <= K <= 10"):
         _infer("TopK", [x, TensorType(I64, (1,), (11,))])
     with pytest.raises(OpTypeError, match="TopK: input 'K' must be int64"):

@@ -8,9 +8,10 @@ import pytest
 
 import kiln
 from kiln.errors import OpArgumentError
+from kiln.ops.dispatch import run_kernel
 from kiln.ops.registry import DATA_DEPENDENT_SHAPE, TensorType, get_op
 from kiln.ops.shape import INT64_MAX, INT64_MIN
-from kiln.symbolic import SymDim, evaluate, symbol
+from kiln.symbolic import SymDim, evaluate, is_fresh, symbol
 from kiln.tensor import dispatch
 
 from ..numerics import assert_close
@@ -120,6 +121,86 @@ def test_nonzero_size_is_a_fresh_symbol() -> None:
     assert get_op("NonZero").has(DATA_DEPENDENT_SHAPE)
 
 
+# -- shape-like inputs computed at run time ------------------------------------------------
+
+
+def runtime(n: int) -> TensorType:
+    """A 1-D int64 input of ``n`` entries whose contents are known only when the graph runs."""
+    return TensorType(I64, (n,))
+
+
+def pattern(shape) -> tuple:
+    """``shape`` with each fresh size (known when the graph runs) written ``"?"``."""
+    return tuple("?" if is_fresh(d) else d for d in shape)
+
+
+@pytest.mark.parametrize(
+    "op, types, attrs, expected",
+    [
+        ("Reshape", [TensorType(F32, (2, 3, 4)), runtime(2)], {}, ("?", "?")),
+        ("Reshape", [TensorType(F32, (B, 3)), runtime(1)], {}, (B * 3,)),
+        ("Expand", [TensorType(F32, (3, 1)), runtime(3)], {}, ("?", 3, "?")),
+        ("Expand", [TensorType(F32, (2, 3, 4)), runtime(1)], {}, (2, 3, 4)),
+        ("Unsqueeze", [TensorType(F32, (B, 3)), runtime(2)], {}, ("?",) * 4),
+        ("Unsqueeze", [TensorType(F32, ()), runtime(2)], {}, (1, 1)),
+        ("Squeeze", [TensorType(F32, (1, 3, 1)), runtime(2)], {}, ("?",)),
+        ("Tile", [TensorType(F32, (B, 3)), runtime(2)], {}, ("?", "?")),
+        ("ConstantOfShape", [runtime(3)], {}, ("?", "?", "?")),
+        ("Slice", [TensorType(F32, (B, 5)), runtime(1), runtime(1)], {}, ("?", 5)),
+        ("Slice", [TensorType(F32, (B, 5)), vec(0), vec(2), runtime(1)], {}, ("?", "?")),
+        ("Slice", [TensorType(F32, (B, 5)), vec(0), vec(2), vec(1), runtime(1)], {}, (B, "?")),
+        ("Pad", [TensorType(F32, (B, 5)), runtime(4)], {}, ("?", "?")),
+        ("Pad", [TensorType(F32, (B, 5)), runtime(2), None, vec(1)], {}, (B, "?")),
+        ("Pad", [TensorType(F32, (B, 5)), vec(1, 1), None, runtime(1)], {}, ("?", "?")),
+        (
+            "Resize",
+            [TensorType(F32, (1, 2, 4)), None, None, runtime(2)],
+            {"axes": (1, 2)},
+            (1, "?", "?"),
+        ),
+    ],
+)
+def test_shape_inputs_computed_at_run_time_give_fresh_sizes(op, types, attrs, expected) -> None:
+    (out,) = infer(op, types, **attrs)
+    assert pattern(out.shape) == expected
+
+
+def test_split_sizes_computed_at_run_time() -> None:
+    outs = infer("Split", [TensorType(F32, (B, 6)), runtime(3)], axis=1)
+    assert [pattern(o.shape) for o in outs] == [(B, "?")] * 3
+    (whole,) = infer("Split", [TensorType(F32, (B, 6)), runtime(1)], axis=1)
+    assert whole.shape == (B, 6)
+
+
+@pytest.mark.parametrize(
+    "op, inputs, attrs, words",
+    [
+        ("Slice", [np.ones((2, 3)), [0], [1], [2]], {}, "Slice: input 'axes' holds axis 2, out of"),
+        ("Slice", [np.ones((2, 3)), [0, 0], [1, 1], [1, -1]], {}, "Slice: input 'axes' repeats"),
+        ("Slice", [np.ones((2, 3)), [0], [1], [0], [0]], {}, "Slice: steps must not be 0"),
+        (
+            "Split",
+            [np.ones((2, 3)), [1, 1]],
+            {"axis": 1, "num_outputs": None},
+            r"Split: split sizes \(1, 1\) .* 3",
+        ),
+        (
+            "Split",
+            [np.ones((2, 3)), [4, -1]],
+            {"axis": 1, "num_outputs": None},
+            "Split: split sizes .* >= 0",
+        ),
+        ("Pad", [np.ones((2, 3)), [0, -2, 0, -2]], {}, "Pad: pads .* negative size"),
+        ("Pad", [np.ones((2, 3)), [1, 1], None, [5]], {}, "Pad: input 'axes' holds axis 5"),
+    ],
+)
+def test_kernels_check_shape_inputs_known_only_at_run_time(op, inputs, attrs, words) -> None:
+    arrays = [None if x is None else np.asarray(x) for x in inputs]
+    arrays = [a.astype(np.int64) if a is not None and a.dtype.kind == "i" else a for a in arrays]
+    with pytest.raises(OpArgumentError, match=words):
+        run_kernel(get_op(op), arrays, {"mode": "constant"} if op == "Pad" else attrs)
+
+
 @pytest.mark.parametrize("start", [0, 1, 3, -1, -2, -7, INT64_MAX, INT64_MIN])
 @pytest.mark.parametrize("end", [0, 2, 5, -1, -3, -9, INT64_MAX, INT64_MIN])
 @pytest.mark.parametrize("step", [1, 2, -1, -3])
@@ -149,7 +230,15 @@ def test_full_slice_of_symbolic_axis_is_the_axis() -> None:
         ("Reshape", [TensorType(F32, (2, 3)), vec(4, 2)], {}, ["Reshape", "6 elements"]),
         ("Reshape", [TensorType(F32, (2, 3)), vec(4, -1)], {}, ["Reshape", "multiple"]),
         ("Reshape", [TensorType(F32, (2, 3)), TensorType(I64, (B,))], {}, ["'shape'", "static"]),
-        ("Expand", [TensorType(F32, (3,)), TensorType(I64, (1,))], {}, ["Expand", "'shape'"]),
+        ("Expand", [TensorType(F32, (3,)), TensorType(I64, (B,))], {}, ["Expand", "rank"]),
+        ("Unsqueeze", [TensorType(F32, (3,)), TensorType(I64, (B,))], {}, ["'axes'", "constant_"]),
+        ("Squeeze", [TensorType(F32, (1, 3)), TensorType(I64, (B,))], {}, ["Squeeze", "rank"]),
+        ("Squeeze", [TensorType(F32, (1, 3)), TensorType(I64, (3,))], {}, ["Squeeze", "3 entries"]),
+        ("Tile", [TensorType(F32, (3,)), TensorType(I64, (2,))], {}, ["Tile", "2 entries"]),
+        ("Split", [TensorType(F32, (6,)), TensorType(I64, (S,))], {}, ["'split'", "length"]),
+        ("Pad", [TensorType(F32, (2, 3)), TensorType(I64, (3,))], {}, ["Pad", "pads"]),
+        ("Resize", [TensorType(F32, (1, 4)), None, None, TensorType(I64, (3,))], {}, ["sizes"]),
+        ("ConstantOfShape", [TensorType(I64, (B,))], {}, ["ConstantOfShape", "rank"]),
         ("Slice", [TensorType(F32, (3,)), vec(0), TensorType(I64, (B,))], {}, ["'ends'"]),
         ("Tile", [TensorType(F32, (3,)), vec(1, 2)], {}, ["Tile", "repeats"]),
         ("Squeeze", [TensorType(F32, (3, 1)), vec(0)], {}, ["Squeeze", "size 3"]),
@@ -158,10 +247,8 @@ def test_full_slice_of_symbolic_axis_is_the_axis() -> None:
         ("Gather", [TensorType(F32, (3,)), TensorType(I64, (1,), (3,))], {}, ["out of bounds"]),
         ("Split", [TensorType(F32, (6,))], {}, ["Split", "num_outputs"]),
         ("Split", [TensorType(F32, (6,)), vec(2, 2)], {}, ["Split", "add up"]),
-        ("Split", [TensorType(F32, (6,)), TensorType(I64, (2,))], {}, ["'split'", "constant"]),
         ("Flatten", [TensorType(F32, (2, 3))], {"axis": 3}, ["Flatten", "axis"]),
         ("Pad", [TensorType(F32, (2, 3)), vec(1, 1)], {}, ["Pad", "pads"]),
-        ("Resize", [TensorType(F32, (1, 4)), None, None, TensorType(I64, (2,))], {}, ["sizes"]),
         ("Resize", [TensorType(F32, (1, 4))], {}, ["Resize", "exactly one"]),
         ("Constant", [], {}, ["Constant", "exactly one"]),
     ],

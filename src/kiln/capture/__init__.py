@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from . import control  # noqa: F401  # records kiln.cond / fori_loop / scan as one node
 from .traced import TracedGraph, trace
 
 __all__ = ["TracedGraph", "trace"]

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..ir.rewrite import can_raise
+from ..ops.control import bind_subgraphs, has_subgraphs
 from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
 from ..ops.registry import (
@@ -140,6 +141,11 @@ def _choose(node: Node) -> KernelCall:
     kernel = opdef.kernel
     attrs = opdef.bind_attrs(node.attrs)
     ins = node.inputs
+    if has_subgraphs(opdef):
+        # If/Loop/Scan (the call that runs is made in _PlanWriter.add_node, with the
+        # subgraphs planned once); the results are new arrays (a plan's outputs share memory
+        # with nothing).
+        return KernelCall(_call_template(len(ins), kwargs=True), (kernel, attrs))
     if isinstance(kernel, np.ufunc) and not attrs and opdef.has(ELEMENTWISE):
         # The registry kernel is itself the ufunc (Add, Mul, Exp, Tanh, Equal, ...); it may
         # write into an input buffer only when that buffer has the output's dtype.
@@ -155,6 +161,12 @@ def _choose(node: Node) -> KernelCall:
     if attrs:
         return KernelCall(_call_template(len(ins), kwargs=True), (kernel, attrs), returns_view=view)
     return KernelCall(_call_template(len(ins)), (kernel,), returns_view=view)
+
+
+def _compile_subgraph(graph: ModelGraph) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+    """A subgraph's run on the NumPy engine (its inputs are not checked again: the node's
+    types already were)."""
+    return CpuPlan(graph).run_arrays
 
 
 def _call_template(n: int, *, kwargs: bool = False) -> str:
@@ -478,6 +490,10 @@ class _PlanWriter:
         if node.op == "Concat" and self._concat_into(index, node):
             return
         call = _choose(node)
+        if has_subgraphs(node.opdef):  # If/Loop/Scan: each subgraph planned once, here
+            attrs = node.opdef.bind_attrs(node.attrs)
+            kernel = bind_subgraphs(node.op, attrs, _compile_subgraph)
+            call = KernelCall(_call_template(len(node.inputs)), (kernel,))
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
         binds = {f"b{k}": self.bind(obj, "k") for k, obj in enumerate(call.binds)}
         text = call.template.format(*args, **binds)

@@ -135,11 +135,12 @@ class InputChecker:
             zip(arrays, self.names, self.dtypes, self.shapes)
         ):
             if array.dtype != dtype:
-                if array.dtype.newbyteorder("=") != dtype:
+                text = dtype.kind == "O" and array.dtype.kind in "SU"  # ONNX strings, as str
+                if array.dtype.newbyteorder("=") != dtype and not text:
                     raise InputMismatchError(
                         f"input {name!r}: expected dtype {dtype}, got {array.dtype}"
                     )
-                # Big-endian data: computed on a native copy, as NumPy computes.
+                # Big-endian data (or NumPy str for a string input): computed on a native copy
                 array = arrays[k] = array.astype(dtype)
             if array.ndim != len(shape):
                 raise InputMismatchError(

@@ -55,6 +55,7 @@ import numpy as np
 from ..dtypes import dtype_from_onnx_code
 from ..errors import DeviceUnavailableError, EngineError, KilnError, UnsupportedOperationError
 from ..ir.builder import expand_node
+from ..ops.control import subgraph_attrs
 from ..ops.dispatch import as_outputs
 from ..ops.registry import ELEMENTWISE, get_op
 from .inputs import InputChecker
@@ -161,7 +162,12 @@ def _is_static(x: Any) -> bool:
 
 def _static_ints(op: str, name: str, x: Any) -> list[int]:
     if not isinstance(x, np.ndarray):
-        raise NotLowerable(f"{op}: input {name!r} must be known when compiling for jax")
+        raise NotLowerable(
+            f"{op}: input {name!r} must be known when compiling for jax, but it is computed "
+            "at run time (from input values): the output shape it decides is known only then, "
+            "and XLA compiles for static shapes. Use engine='numpy' or 'onnxruntime' (or "
+            "engine=None to let kiln choose)"
+        )
     return [int(v) for v in x.reshape(-1)]
 
 
@@ -769,7 +775,11 @@ def _known_only(op: str) -> Callable[..., Any]:
     means one is traced."""
 
     def lower(*inputs: Any, **attrs: Any) -> Any:
-        raise NotLowerable(f"{op}: its inputs must be known when compiling for jax")
+        raise NotLowerable(
+            f"{op}: its inputs must be known when compiling for jax, but one is computed at "
+            "run time (from input values), and XLA compiles for static shapes. Use "
+            "engine='numpy' or 'onnxruntime' (or engine=None to let kiln choose)"
+        )
 
     return lower
 
@@ -932,6 +942,11 @@ def unsupported_ops(graph: ModelGraph) -> list[str]:
             if why is not None:
                 missing[f"{where}: {node.op} {why}"] = None
                 return
+        for key, sub in subgraph_attrs(opdef, node.attrs).items():  # If/Loop/Scan bodies
+            for why in unsupported_ops(sub):
+                missing[f"{where} ({key}): {why}"] = None
+            if any(has_subnormal(c.data) for c in sub.constants):
+                missing[f"{where} ({key}): a constant holds a subnormal number"] = None
         lower = LOWERINGS.get(node.op)
         if lower is not None:
             if isinstance(lower, FirstOutputs):
@@ -968,6 +983,16 @@ class JaxPlan(Plan):
 
     def __init__(self, graph: ModelGraph, fallback: Any = None) -> None:
         _load()
+        # Complex values stay on NumPy: XLA flushes subnormal parts to zero, contracts complex
+        # products into fused multiply-adds and has its own complex division and functions
+        # (Mul, Div, Exp, Angle, MatMul differ from NumPy by ulps; docs/design.md "Complex").
+        for v in graph.values():
+            if v.dtype.kind == "c":
+                raise UnsupportedOperationError(
+                    f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
+                    f"{v.name!r} is {v.dtype}, and XLA's complex arithmetic differs from "
+                    "NumPy's. Use engine='numpy' (or engine=None to let kiln choose)"
+                )
         missing = unsupported_ops(graph)
         if missing:
             raise UnsupportedOperationError(
@@ -1134,3 +1159,101 @@ def _lower_node(node: Node, env: dict[int, Any], scope: Any) -> None:
 def _opaque(x: np.ndarray) -> Any:
     """``x`` as a traced value XLA cannot see the contents of."""
     return _lax.optimization_barrier(_jnp.asarray(x))
+
+
+# -- control flow: If, Loop, Scan as lax.cond, lax.while_loop / lax.scan ---------------------
+# (the nodes jax cannot run with static shapes, those whose outputs have a size known only
+# when the graph runs, are kept off by the records' engine limits; see kiln.ops.control)
+
+
+def _run_subgraph(graph: ModelGraph, inputs: Sequence[Any]) -> list[Any]:
+    """The outputs of subgraph ``graph`` on ``inputs``, lowered node by node."""
+    env: dict[int, Any] = {id(c.value): c.data for c in graph.constants}
+    for v, x in zip(graph.input_values, inputs):
+        env[id(v)] = x
+    scope = graph.name_scope()
+    for node in graph.nodes:
+        _lower_node(node, env, scope)
+    return [_jnp.asarray(env[id(v)]) for v in graph.output_values]
+
+
+def _lower_if(cond: Any, *captures: Any, then_branch: Any, else_branch: Any) -> Any:
+    if _is_static(cond):  # known when compiling: the branch is too
+        chosen = then_branch if bool(np.asarray(cond).reshape(-1)[0]) else else_branch
+        return tuple(_run_subgraph(chosen, captures))
+    return tuple(
+        _lax.cond(
+            _jnp.asarray(cond).reshape(-1)[0],
+            lambda ops: _run_subgraph(then_branch, ops),
+            lambda ops: _run_subgraph(else_branch, ops),
+            list(captures),
+        )
+    )
+
+
+def _lower_loop(m: Any, cond: Any, *rest: Any, body: Any, num_captures: int) -> Any:
+    carried = len(rest) - num_captures
+    state = [_jnp.asarray(x) for x in rest[:carried]]
+    captured = list(rest[carried:])
+    if len(body.output_values) > 1 + carried:  # scan outputs: a trip count known now
+        if not _is_static(m):
+            raise NotLowerable("Loop: scan outputs need a trip count known when compiling")
+        count = int(np.asarray(m).reshape(-1)[0])
+
+        def step(values: list[Any], i: Any) -> tuple[list[Any], list[Any]]:
+            outs = _run_subgraph(body, [i, _jnp.asarray(True), *values, *captured])
+            return outs[1 : 1 + carried], outs[1 + carried :]
+
+        final, ys = _lax.scan(step, state, _jnp.arange(max(count, 0), dtype=_jnp.int64))
+        return (*final, *ys)
+    limit = None if m is None else _jnp.asarray(m).reshape(-1)[0]
+    go = _jnp.asarray(True if cond is None else cond).reshape(-1)[0]
+
+    def keep_going(loop: tuple[Any, Any, list[Any]]) -> Any:
+        i, flag, _ = loop
+        return flag if limit is None else flag & (i < limit)
+
+    def iterate(loop: tuple[Any, Any, list[Any]]) -> tuple[Any, Any, list[Any]]:
+        i, flag, values = loop
+        outs = _run_subgraph(body, [i, flag, *values, *captured])
+        return i + 1, outs[0].reshape(-1)[0], outs[1 : 1 + carried]
+
+    _, _, final = _lax.while_loop(keep_going, iterate, (_jnp.int64(0), go, state))
+    return tuple(final)
+
+
+def _lower_scan(
+    *inputs: Any,
+    body: Any,
+    num_scan_inputs: int,
+    scan_input_axes: Sequence[int],
+    scan_input_directions: Sequence[int],
+    scan_output_axes: Sequence[int],
+    scan_output_directions: Sequence[int],
+    num_captures: int,
+) -> Any:
+    states = len(inputs) - num_scan_inputs - num_captures
+    state = [_jnp.asarray(x) for x in inputs[:states]]
+    captured = list(inputs[states + num_scan_inputs :])
+    seqs = []
+    for j, x in enumerate(inputs[states : states + num_scan_inputs]):
+        x = _jnp.asarray(x)
+        axis = (scan_input_axes[j] if scan_input_axes else 0) % x.ndim
+        x = _jnp.moveaxis(x, axis, 0)
+        seqs.append(_jnp.flip(x, 0) if scan_input_directions and scan_input_directions[j] else x)
+
+    def step(values: list[Any], slices: list[Any]) -> tuple[list[Any], list[Any]]:
+        outs = _run_subgraph(body, [*values, *slices, *captured])
+        return outs[:states], outs[states:]
+
+    final, ys = _lax.scan(step, state, seqs)
+    stacked = []
+    for j, y in enumerate(ys):
+        if scan_output_directions and scan_output_directions[j]:
+            y = _jnp.flip(y, 0)
+        axis = (scan_output_axes[j] if scan_output_axes else 0) % y.ndim
+        stacked.append(_jnp.moveaxis(y, 0, axis))
+    return (*final, *stacked)
+
+
+LOWERINGS.update({"If": _lower_if, "Loop": _lower_loop, "Scan": _lower_scan})

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import DeviceUnavailableError, EngineError, UnsupportedOperationError
 from ..ir.builder import expand_node
+from ..ops.control import subgraph_attrs
 from ..ops.registry import get_op
 from .inputs import InputChecker
 from .plan import Plan
@@ -79,19 +80,26 @@ def unsupported_nodes(graph: ModelGraph) -> list[str]:
     """
     problems: list[str] = []
 
-    def visit(node: Node, scope: Any, where: str) -> None:
+    def visit(node: Node, scope: Any, where: str, inside: bool = False) -> None:
         opdef = get_op(node.op)
         limit = opdef.engine_limits.get(ENGINE)
         if limit is not None:
-            why = limit.reason_for(node.inputs, node.outputs, opdef.bind_attrs(node.attrs))
+            attrs = opdef.bind_attrs(node.attrs)
+            why = limit.reason_for(node.inputs, node.outputs, attrs)
+            if why is None and inside and limit.empty_limits(node.inputs, node.outputs, attrs):
+                # a subgraph's sizes are not checked per call (see empty_guards)
+                why = limit.empty_limits(node.inputs, node.outputs, attrs)[0].reason
             if why is not None:
                 problems.append(f"{where}: {node.op} {why}")
                 return
+        for key, sub in subgraph_attrs(opdef, node.attrs).items():  # If/Loop/Scan bodies
+            for inner in sub.nodes:
+                visit(inner, sub.name_scope(), f"{where} ({key}: {inner.name!r})", True)
         if opdef.domain and opdef.expand is not None:
             # a kiln-domain (fused) node is exported as the ONNX nodes it expands into: the
             # limits of their operators apply (a float64 Tanh inside a FusedElementwise)
             for inner in expand_node(node, scope):
-                visit(inner, scope, where)
+                visit(inner, scope, where, inside)
 
     scope = graph.name_scope()
     for node in graph.nodes:
@@ -163,6 +171,18 @@ class OrtPlan(Plan):
                 f"graph {graph.name!r} cannot run on onnxruntime with NumPy's results: "
                 f"{'; '.join(problems)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
+        guards = empty_guards(graph)
+        bound = {d.name for v in graph.input_values for d in v.shape if _is_symbol(d)}
+        for name, sizes in guards:
+            late = [d for d in sizes if not d.symbols <= bound]
+            if late:
+                raise UnsupportedOperationError(
+                    f"graph {graph.name!r} cannot run on onnxruntime with NumPy's results: node "
+                    f"{name!r} crashes onnxruntime on an empty input, and its input size "
+                    f"{late[0]} is known only when the graph runs (a size its values decide), so "
+                    "a call cannot be routed around it. Use engine='numpy' (or engine=None to "
+                    "let kiln choose)"
+                )
         try:
             model = graph.to_onnx()
         except (ImportError, AttributeError) as exc:
@@ -210,7 +230,7 @@ class OrtPlan(Plan):
         self._run = self.session.run
         self.fallback = fallback
         self._numpy: Any = None
-        self._empty_guards = empty_guards(graph)
+        self._empty_guards = guards
         if self._empty_guards:
             self.run_arrays = self._run_guarded  # type: ignore[method-assign]
 
@@ -251,6 +271,10 @@ class OrtPlan(Plan):
 
             self._numpy = CpuPlan(self.graph)
         return self._numpy
+
+
+def _is_symbol(d: Any) -> bool:
+    return not isinstance(d, int) and d.is_symbol()
 
 
 def _size(d: Any, bindings: Mapping[str, int]) -> int:

@@ -9,18 +9,19 @@ might is copied.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..ops.control import bind_subgraphs, has_subgraphs
 from ..ops.dispatch import as_outputs
 from ..ops.registry import get_op
 from .inputs import InputChecker
 from .plan import Plan, output_copies
 
 if TYPE_CHECKING:
-    from ..ir.graph import ModelGraph
+    from ..ir.graph import ModelGraph, Node
 
 __all__ = ["ReferencePlan", "interpret"]
 
@@ -40,10 +41,9 @@ class ReferencePlan(Plan):
         self.constants = tuple((slot[id(c.value)], c.data) for c in graph.constants)
         self.steps = tuple(
             (
-                get_op(node.op).kernel,
+                *_kernel(node),
                 tuple(-1 if v is None else slot[id(v)] for v in node.inputs),
                 tuple(slot[id(v)] for v in node.outputs),
-                get_op(node.op).bind_attrs(node.attrs),
             )
             for node in graph.nodes
         )
@@ -70,7 +70,7 @@ class ReferencePlan(Plan):
         for s, array in zip(self.input_slots, arrays):
             env[s] = array
         with np.errstate(all="ignore"):  # kernels' contract: warnings silenced (see run_kernel)
-            for kernel, ins, outs, attrs in self.steps:
+            for kernel, attrs, ins, outs in self.steps:
                 results = as_outputs(kernel(*[None if i < 0 else env[i] for i in ins], **attrs))
                 for s, r in zip(outs, results):
                     env[s] = r
@@ -82,6 +82,16 @@ class ReferencePlan(Plan):
             elif array.base is not None or any(array is env[d] for d in distinct):
                 outputs[k] = env[s] = array.copy()
         return outputs
+
+
+def _kernel(node: Node) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The registry kernel of ``node`` and its bound attributes; for If/Loop/Scan, a kernel
+    running the subgraphs on this interpreter too."""
+    opdef = get_op(node.op)
+    attrs = opdef.bind_attrs(node.attrs)
+    if has_subgraphs(opdef):
+        return bind_subgraphs(node.op, attrs, lambda g: ReferencePlan(g).run_arrays), {}
+    return opdef.kernel, attrs
 
 
 def interpret(graph: ModelGraph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

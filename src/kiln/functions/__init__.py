@@ -7,6 +7,10 @@ these functions (:mod:`kiln.functions.tensor_methods`).
 
 from __future__ import annotations
 
+from .complex import *  # noqa: F403
+from .complex import __all__ as _complex_all
+from .control import *  # noqa: F403
+from .control import __all__ as _control_all
 from .creation import *  # noqa: F403
 from .creation import __all__ as _creation_all
 from .differences import *  # noqa: F403
@@ -24,6 +28,8 @@ from .tensor_methods import set_tensor_methods
 set_tensor_methods()
 
 __all__ = [
+    *_control_all,
+    *_complex_all,
     *_creation_all,
     *_differences_all,
     *_elementwise_all,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -131,6 +132,18 @@ def _widen(*tensors: Tensor) -> tuple[list[Tensor], np.dtype]:
     if _is_half(dtype):
         return [cast(t, dtypes.float32) for t in tensors], dtype
     return list(tensors), dtype
+
+
+def _real_only(name: str, a: Tensor) -> None:
+    """Raise for a complex operand of a lowering that is exact on real numbers only (a NumPy
+    call then falls back)."""
+    if dtypes.is_complex(a.dtype):
+        raise OpTypeError(f"{name}: no exact {a.dtype} lowering in kiln")
+
+
+def _parts(a: Tensor) -> tuple[Tensor, Tensor]:
+    """The real and imaginary parts of a complex tensor."""
+    return call("kiln.Real", a), call("kiln.Imag", a)
 
 
 def _scalar(value: float, like: Tensor) -> Tensor:
@@ -333,7 +346,7 @@ def power_operator(x: Any, y: Any) -> Tensor:
         dtype('int8')
     """
     if isinstance(x, (Tensor, np.ndarray)):
-        floating = dtypes.is_floating(x.dtype)
+        floating = dtypes.is_floating(x.dtype) or dtypes.is_complex(x.dtype)
         if type(y) is int and y == 2:
             return square(x)
         if type(y) is int and y == -1 and floating:
@@ -383,6 +396,8 @@ def absolute(x: Any) -> Tensor:
     (a,), out = _resolve(np.absolute, x)
     if out == _BOOL or out in dtypes.UNSIGNED_DTYPES:
         return call("Identity", a)  # a new array, as NumPy's
+    if a.dtype.kind == "c":
+        return call("kiln.ComplexAbs", a)  # the magnitude, in the parts' dtype
     return call("Abs", a)
 
 
@@ -425,7 +440,7 @@ def reciprocal(x: Any) -> Tensor:
         [0.5, 0.25]
     """
     (a,), out = _resolve(np.reciprocal, x)
-    if dtypes.is_floating(out):
+    if dtypes.is_floating(out) or dtypes.is_complex(out):
         return call("Reciprocal", a)
     # NumPy's integer loop is ``out = 1.0 / in`` converted back: 0 for |x| > 1, and for
     # x == 0 whatever the platform's conversion of inf gives (what a Cast gives too).
@@ -579,6 +594,7 @@ def exp2(x: Any) -> Tensor:
         [8.0]
     """
     (a,), _ = _resolve(np.exp2, x)
+    _real_only("exp2", a)  # NumPy's complex exp2 is exp(x * ln 2), not a power
     return call("Pow", _scalar(2, a), a)
 
 
@@ -612,6 +628,7 @@ def log1p(x: Any) -> Tensor:
 
 def _log_base(name: str, ufunc: np.ufunc, x: Any, base: float) -> Tensor:
     (a,), _ = _resolve(ufunc, x, name=name)
+    _real_only(name, a)  # NumPy scales the parts of a complex log; a division differs
     (a,), back = _widen(a)
     return cast(call("Div", call("Log", a), _scalar(math.log(base), a)), back)
 
@@ -776,7 +793,20 @@ def _compare(name: str, ufunc: np.ufunc, op: str, x: Any, y: Any) -> Tensor:
     if a.dtype == _BOOL and op != "Equal":
         # ONNX orders numbers only; False < True is 0 < 1.
         a, b = cast(a, dtypes.uint8), cast(b, dtypes.uint8)
+    if dtypes.is_complex(a.dtype) and op != "Equal":
+        return _complex_order(op, a, b)
     return call(op, a, b)
+
+
+def _complex_order(op: str, a: Tensor, b: Tensor) -> Tensor:
+    """NumPy's lexicographic order of complex numbers (its ``CLT``/``CLE``/``CGT``/``CGE``):
+    the real parts decide where neither imaginary part is NaN, the imaginary parts where the
+    real parts are equal."""
+    ar, ai, br, bi = (call(part, t) for t in (a, b) for part in ("kiln.Real", "kiln.Imag"))
+    strict = "Less" if op.startswith("Less") else "Greater"
+    neither_nan = call("Not", call("Or", call("IsNaN", ai), call("IsNaN", bi)))
+    by_real = call("And", call(strict, ar, br), neither_nan)
+    return call("Or", by_real, call("And", call("Equal", ar, br), call(op, ai, bi)))
 
 
 def _out_of_range_comparison(op: str, x: Any, y: Any) -> Tensor | None:
@@ -1041,6 +1071,8 @@ def isnan(x: Any) -> Tensor:
         [False, True]
     """
     (a,), _ = _resolve(np.isnan, x)
+    if dtypes.is_complex(a.dtype):  # either part NaN, as NumPy's complex loop
+        return call("Or", *(call("IsNaN", p) for p in _parts(a)))
     return call("IsNaN", a) if dtypes.is_floating(a.dtype) else _never(a)
 
 
@@ -1054,6 +1086,8 @@ def isinf(x: Any) -> Tensor:
         [False, True]
     """
     (a,), _ = _resolve(np.isinf, x)
+    if dtypes.is_complex(a.dtype):  # either part infinite, as NumPy's complex loop
+        return call("Or", *(call("IsInf", p) for p in _parts(a)))
     return call("IsInf", a) if dtypes.is_floating(a.dtype) else _never(a)
 
 
@@ -1067,6 +1101,8 @@ def isfinite(x: Any) -> Tensor:
         [True, False]
     """
     (a,), _ = _resolve(np.isfinite, x)
+    if dtypes.is_complex(a.dtype):  # both parts finite
+        return call("And", *(isfinite(p) for p in _parts(a)))
     if not dtypes.is_floating(a.dtype):
         return call("Equal", a, a)
     return call("Not", call("Or", call("IsNaN", a), call("IsInf", a)))
@@ -1249,7 +1285,13 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> T
     want = dtypes.as_dtype(dtype)
     if t.dtype == want:
         return t if copy is False else call("Identity", t)
-    return cast(t, want)
+    if t.dtype.kind == "c" and want.kind not in "cb":
+        warnings.warn(  # as NumPy's astype, which then drops the imaginary part (Cast does)
+            "Casting complex values to real discards the imaginary part",
+            np.exceptions.ComplexWarning,
+            stacklevel=2,
+        )
+    return cast(t, want, drop_imaginary=True)
 
 
 if hasattr(np, "astype"):  # NumPy >= 2.1

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import OpArgumentError, UnsupportedOperationError
+from ..errors import OpArgumentError, OpTypeError, UnsupportedOperationError
 from ..ops.linalg import MATMUL_DTYPES
 from ..ops.rules import normalize_axis
 from ..symbolic import decide, describe
@@ -50,8 +50,8 @@ def _promote(name: str, *operands: Any) -> list[Tensor]:
 
 
 def _widened(x: Tensor, supported: frozenset[np.dtype]) -> Tensor:
-    if x.dtype in supported:
-        return x
+    if x.dtype in supported or x.dtype.kind == "c":
+        return x  # complex: MatMul takes it, Einsum refuses it (a NumPy call falls back)
     if x.dtype == dtypes.bool_ or x.dtype in dtypes.SIGNED_DTYPES:
         return cast(x, dtypes.int64)
     return cast(x, dtypes.uint64)
@@ -297,6 +297,8 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
         (5.0, 7.0)
     """
     t = as_tensor(x)
+    if dtypes.is_complex(t.dtype):
+        raise OpTypeError(f"norm: {t.dtype} input is not captured (a NumPy call falls back)")
     if not dtypes.is_floating(t.dtype):
         t = cast(t, dtypes.float64)
     axes = normalize_axis_arg("norm", axis, t.ndim)

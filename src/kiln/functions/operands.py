@@ -31,11 +31,11 @@ __all__ = [
     "size_scalar",
 ]
 
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 
 
 def is_scalar(x: Any) -> bool:
-    """True for a Python ``bool``/``int``/``float`` (weak under NEP 50)."""
+    """True for a Python ``bool``/``int``/``float``/``complex`` (weak under NEP 50)."""
     return isinstance(x, _PY_SCALARS)
 
 
@@ -73,11 +73,22 @@ def as_tensor(x: Any, dtype: np.dtype | None = None) -> Tensor:
     raise TypeError(f"expected a tensor, an array or a Python scalar, got {type(x).__name__}")
 
 
-def cast(x: Tensor, dtype: np.dtype) -> Tensor:
-    """``x`` converted to ``dtype`` through the ``Cast`` operator (no-op when equal)."""
+def cast(x: Tensor, dtype: np.dtype, *, drop_imaginary: bool = False) -> Tensor:
+    """``x`` converted to ``dtype`` through the ``Cast`` operator (no-op when equal).
+
+    A complex ``x`` becomes a real dtype only with ``drop_imaginary`` (``astype``, which
+    warns as NumPy): NumPy never drops an imaginary part on its own, so a lowering that would
+    (an ordering, an integer accumulator) raises ``OpTypeError`` instead, and a NumPy call
+    falls back.
+    """
     dtype = dtypes.as_dtype(dtype)
     if x.dtype == dtype:
         return x
+    if x.dtype.kind == "c" and dtype.kind not in "cb" and not drop_imaginary:
+        raise OpTypeError(
+            f"a {x.dtype} value cannot become {dtype} here: that would drop its imaginary "
+            "part (use np.real, np.abs or astype)"
+        )
     return call("Cast", x, to=dtype_code(dtype))
 
 
@@ -99,6 +110,8 @@ def _dtype_of(x: Any) -> Any:
         return int
     if isinstance(x, float):
         return float
+    if isinstance(x, complex):
+        return complex  # weak: float32 * 1j is complex64 (NEP 50)
     if isinstance(x, SymDim):
         return int  # a size is a Python int: weak, as NEP 50 says
     raise TypeError(f"expected a tensor, an array or a Python scalar, got {type(x).__name__}")
@@ -176,7 +189,7 @@ def _converter(kind: Any, dtype: np.dtype) -> _Converter | None:
     # a Python type with a dtype).
     if isinstance(kind, np.dtype):
         return None if kind == dtype else cast
-    if kind in (int, float):
+    if kind in (int, float, complex):
         return constant  # a weak Python scalar (``OverflowError`` where it does not fit)
     return as_tensor
 

@@ -172,8 +172,8 @@ def _reduce(op: str, x: Tensor, axes: tuple[int, ...] | None, keepdims: bool) ->
 
 def _wide(dtype: np.dtype) -> np.dtype:
     """A dtype every reduction operator takes, holding ``dtype``'s values (mod 2**bits)."""
-    if dtypes.is_floating(dtype):
-        return dtype
+    if dtypes.is_floating(dtype) or dtypes.is_complex(dtype):
+        return dtype  # complex: the operators that take it (Sum, Prod, Mean), others refuse
     if dtype in dtypes.UNSIGNED_DTYPES:
         return dtypes.uint64
     return dtypes.int64
@@ -204,7 +204,7 @@ def _accumulator(dtype: np.dtype) -> np.dtype:
 
 def _float_result(dtype: np.dtype) -> np.dtype:
     """The dtype NumPy's mean/var give: bool and integers become float64."""
-    return dtype if dtypes.is_floating(dtype) else dtypes.float64
+    return dtype if dtypes.is_floating(dtype) or dtypes.is_complex(dtype) else dtypes.float64
 
 
 def _reduced_dims(x: Tensor, axes: tuple[int, ...] | None) -> tuple[list[Dim], list[Dim]]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import dtypes
 from ..tensor import Tensor, call, eager_plan
-from . import elementwise, inplace, linalg, reduce, shape
+from . import complex, elementwise, inplace, linalg, reduce, shape
 from .numpy_protocol import array_function, array_ufunc, implements
 from .operands import as_tensor
 
@@ -85,7 +85,8 @@ _OPERATORS: dict[str, Callable[..., Tensor]] = {
 
 
 def _complex(other: Any) -> bool:
-    """Whether ``other`` is complex (kiln has no complex operators yet: NumPy computes)."""
+    """Whether ``other`` is complex (NumPy's ufunc then decides, through the protocol: kiln's
+    implementation where it has one, else its fallback)."""
     return type(other) is complex or (
         isinstance(other, (np.ndarray, np.generic)) and other.dtype.kind == "c"
     )
@@ -342,6 +343,8 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "__array_ufunc__": _array_ufunc,
     "__array_function__": _array_function,
     "astype": _astype,
+    "conj": complex.conjugate,
+    "conjugate": complex.conjugate,
     "copy": _copy,
     "reshape": _reshape,
     "transpose": _transpose,
@@ -374,6 +377,8 @@ _PROPERTIES: dict[str, Callable[[Tensor], Any]] = {
     "T": _transpose_property,
     "mT": _matrix_transpose_property,
     "flat": inplace.FlatIter,
+    "real": complex.real_property,
+    "imag": complex.imag_property,
 }
 
 
@@ -419,6 +424,33 @@ _PLANNED: dict[str, int] = {
 }
 
 
+# Methods kiln computes on real numbers only: on a complex tensor, NumPy's function of the
+# same name through the protocol, whose fallback computes NumPy's answer (NumPy's methods
+# take the arguments its functions take after the array, in the same order).
+_COMPLEX_VIA_NUMPY: dict[str, Callable[..., Any]] = {
+    "max": np.max,
+    "min": np.min,
+    "argmax": np.argmax,
+    "argmin": np.argmin,
+    "cumsum": np.cumsum,
+    "var": np.var,
+    "std": np.std,
+    "clip": np.clip,
+    "round": np.round,
+}
+
+
+def _complex_via_numpy(method: Callable[..., Any], numpy_fn: Callable[..., Any]) -> Callable:
+    def forward(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if self.dtype.kind == "c":
+            return numpy_fn(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    forward.__name__, forward.__qualname__ = method.__name__, method.__qualname__
+    forward.__doc__ = method.__doc__
+    return forward
+
+
 def set_tensor_methods() -> None:
     """Attach the operators, NumPy protocols, methods and properties above to ``Tensor``.
 
@@ -434,6 +466,8 @@ def set_tensor_methods() -> None:
         setattr(Tensor, f"__{name}__", _forward(name, fn))
         setattr(Tensor, f"__r{name}__", _reflected(name, fn, symbol))
     for name, method in {**_OPERATORS, **_METHODS, **_SHIFTS, **inplace.INPLACE_OPERATORS}.items():
+        if name in _COMPLEX_VIA_NUMPY:
+            method = _complex_via_numpy(method, _COMPLEX_VIA_NUMPY[name])
         planned = _PLANNED.get(name)
         setattr(Tensor, name, method if planned is None else eager_plan(planned)(method))
     for name, getter in _PROPERTIES.items():

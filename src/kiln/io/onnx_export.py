@@ -17,7 +17,7 @@ The opset recorded is 21, or 23 when an operator needs it (``OpDef.since_version
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from ..errors import GraphValidationError, UnsupportedOperationError
 from ..ir.builder import expand_node
 from ..ir.graph import NameScope, Node, Value
 from ..ir.sizes import bind_sizes, pinned_sizes
+from ..ops.control import has_subgraphs
 from ..ops.registry import REQUIRED, Attr, OpDef, TensorType, get_op
 from ..symbolic import Dim, ShapeGuard, SymDim
 
@@ -86,9 +87,9 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
     hold for.
 
     Raises:
-        UnsupportedOperationError: for a kiln-domain operator without an ``expand`` hook, an
-            attribute the chosen opset does not have, or a shape guard on a size that no input
-            axis gives.
+        UnsupportedOperationError: for complex numbers (ONNX has no complex operators), a
+            kiln-domain operator without an ``expand`` hook, an attribute the chosen opset
+            does not have, or a shape guard on a size that no input axis gives.
         GraphValidationError: for shape guards that no size satisfies.
 
     Example:
@@ -100,6 +101,7 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
     """
     onnx = _onnx()
     helper = onnx.helper
+    _refuse_complex(graph)
     if graph.shape_guards:
         graph = _pin_guarded_sizes(graph)
     scope = graph.name_scope()
@@ -110,7 +112,7 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
     graph_inputs = {id(v) for v in graph.input_values}
     graph_outputs = {id(v) for v in graph.output_values}
     initializers = [_tensor_proto(c.data, c.value.name) for c in graph.constants]
-    node_protos = [_node_proto(node, opset) for node in nodes]
+    node_protos = [_any_node_proto(node, opset, scope, _own_name) for node in nodes]
     # Intermediate types, so a reader sees every shape (symbolic sizes by name) without running
     # shape inference; outputs and inputs carry theirs in the signature.
     value_info = [
@@ -142,6 +144,27 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
         helper.set_model_props(model, {_GUARDS_KEY: "\n".join(str(g) for g in guards)})
     onnx.checker.check_model(model)
     return model
+
+
+def _refuse_complex(graph: ModelGraph) -> None:
+    """Raise naming the first operator that computes on complex numbers, which ONNX (and so
+    onnxruntime) has no form of: ONNX's complex64/complex128 tensor types exist, but no
+    operator takes them."""
+    for node in graph.nodes:
+        for v in (*node.inputs, *node.outputs):
+            if v is not None and v.dtype.kind == "c":
+                raise UnsupportedOperationError(
+                    f"node {node.name!r}: ONNX has no complex {node.op} ({v.name!r} is "
+                    f"{v.dtype}), so the graph cannot be exported nor run by onnxruntime; keep "
+                    "complex numbers out of a graph meant for ONNX (split them into real and "
+                    "imaginary parts), or run it with kiln (engine='numpy')"
+                )
+    for v in graph.input_values:
+        if v.dtype.kind == "c":
+            raise UnsupportedOperationError(
+                f"input {v.name!r} is {v.dtype}: ONNX has no complex operators, so the graph "
+                "cannot be exported; run it with kiln (engine='numpy')"
+            )
 
 
 # -- nodes ---------------------------------------------------------------------------------
@@ -218,6 +241,120 @@ def _node_proto(node: Node, opset: int) -> onnx.NodeProto:
     if node.source:
         proto.doc_string = node.source
     return proto
+
+
+# -- control flow: kiln's closed subgraphs as ONNX subgraphs with outer-scope references ----
+
+
+def _own_name(value: Value) -> str:
+    return value.name
+
+
+def _any_node_proto(
+    node: Node, opset: int, scope: NameScope, rename: Callable[[Value], str]
+) -> onnx.NodeProto:
+    """``node`` as a NodeProto, its values named by ``rename``; If/Loop/Scan with their
+    subgraphs (see :func:`_control_proto`)."""
+    if has_subgraphs(get_op(node.op)):
+        return _control_proto(node, opset, scope, rename)
+    proto = _node_proto(node, opset)
+    if rename is not _own_name:
+        for fields, values in ((proto.input, node.inputs), (proto.output, node.outputs)):
+            for i, v in enumerate(values[: len(fields)]):
+                if v is not None:
+                    fields[i] = rename(v)
+    return proto
+
+
+def _captures(node: Node) -> int:
+    """How many of a control-flow node's inputs are captured values (kiln's closed form)."""
+    if node.op == "If":
+        return len(node.inputs) - 1
+    return int(node.attrs.get("num_captures", 0))
+
+
+def _control_proto(
+    node: Node, opset: int, scope: NameScope, rename: Callable[[Value], str]
+) -> onnx.NodeProto:
+    """An If/Loop/Scan node in ONNX form: the captured inputs leave the node and its
+    subgraphs read those outer values by name (ONNX's outer-scope references)."""
+    onnx = _onnx()
+    opdef = get_op(node.op)
+    count = _captures(node)
+    formal = node.inputs[: len(node.inputs) - count]
+    outer = [rename(v) for v in node.inputs[len(formal) :] if v is not None]
+    inputs = ["" if v is None else rename(v) for v in formal]
+    while inputs and inputs[-1] == "" and node.op != "Loop":
+        inputs.pop()
+    plain = {
+        k: v
+        for k, v in node.attrs.items()
+        if k != "num_captures" and opdef.attrs[k].kind != "graph"
+    }
+    stripped = Node(node.op, node.inputs, node.outputs, plain, node.name, node.source)
+    attributes = [
+        _attribute(opdef, name, value)
+        for name, value in _exported_attrs(opdef, stripped, opset).items()
+    ]
+    for name, sub in sorted(node.attrs.items()):
+        if opdef.attrs[name].kind == "graph":
+            body = _subgraph_proto(sub, outer, opset, scope)
+            attributes.append(onnx.helper.make_attribute(name, body))
+    proto = onnx.helper.make_node(
+        opdef.name, inputs, [rename(v) for v in node.outputs], name=node.name
+    )
+    proto.attribute.extend(attributes)
+    if node.source:
+        proto.doc_string = node.source
+    return proto
+
+
+def _subgraph_proto(
+    sub: ModelGraph, outer: list[str], opset: int, scope: NameScope
+) -> onnx.GraphProto:
+    """A kiln subgraph as an ONNX GraphProto: its captured inputs (the last ``len(outer)``)
+    become references to the outer values ``outer``; every other value gets a name unique in
+    the whole model (``scope``). Sizes of the subgraph's inputs and outputs are left unknown
+    (they may change from one iteration to the next)."""
+    onnx = _onnx()
+    helper = onnx.helper
+    n_formal = len(sub.input_values) - len(outer)
+    names: dict[int, str] = {}
+    for k, v in enumerate(sub.input_values):
+        names[id(v)] = outer[k - n_formal] if k >= n_formal else scope.fresh(v.name)
+    for c in sub.constants:
+        names[id(c.value)] = scope.fresh(c.value.name)
+    for n in sub.nodes:
+        for v in n.outputs:
+            names[id(v)] = scope.fresh(v.name)
+
+    def rename(v: Value) -> str:
+        return names.get(id(v), v.name)  # (values an expansion made are named in scope)
+
+    protos = [_any_node_proto(n, opset, scope, rename) for n in _onnx_domain_nodes(sub, scope)]
+    made = {id(v) for n in sub.nodes for v in n.outputs}
+    outputs: list[onnx.ValueInfoProto] = []
+    seen: set[int] = set()
+    for v in sub.output_values:
+        name = rename(v)
+        if id(v) not in made or id(v) in seen:  # an input, capture or constant: copied out
+            name = scope.fresh(f"{v.name}_out")
+            protos.append(helper.make_node("Identity", [rename(v)], [name], name=name))
+        seen.add(id(v))
+        outputs.append(_loose_value_info(name, v.type))
+    return helper.make_graph(
+        protos,
+        scope.fresh(sub.name or "body"),
+        [_loose_value_info(rename(v), v.type) for v in sub.input_values[:n_formal]],
+        outputs,
+        initializer=[_tensor_proto(c.data, rename(c.value)) for c in sub.constants],
+    )
+
+
+def _loose_value_info(name: str, ttype: TensorType) -> onnx.ValueInfoProto:
+    onnx = _onnx()
+    dims = [d if isinstance(d, int) else None for d in ttype.shape]
+    return onnx.helper.make_tensor_value_info(name, onnx_dtype_code(ttype.dtype), dims)
 
 
 def _exported_attrs(opdef: OpDef, node: Node, opset: int) -> dict[str, Any]:

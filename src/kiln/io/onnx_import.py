@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import dtype_from_onnx_code
+from ..dtypes import dtype_from_onnx_code, string
 from ..errors import (
     ArgumentTypeError,
     GraphValidationError,
@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, NameScope, Value
+from ..ops.control import has_subgraphs
 from ..ops.folding import FOLDING_LIMITS, fold, known_array
 from ..ops.registry import TensorType, get_op
 from ..symbolic import Dim, fresh_symbol, symbol
@@ -263,6 +264,11 @@ class _Importer:
     # -- building blocks -------------------------------------------------------------------
 
     def add_constant(self, name: str, data: np.ndarray) -> Value:
+        if data.dtype == string:
+            raise UnsupportedOperationError(
+                f"constant {name!r} is a string tensor; kiln takes string tensors only as graph "
+                "inputs and outputs, into and out of Cast and CastLike (no string constants)"
+            )
         data = np.array(data, order="C")  # owned; 0-d stays 0-d
         data.flags.writeable = False  # so the builder keeps this copy as it is
         value = self.builder.add_constant(data, name=name)
@@ -280,7 +286,7 @@ class _Importer:
         except KeyError:
             raise UnsupportedOperationError(
                 f"{where}: input {name!r} is not defined before it is used (the model's nodes "
-                "must be in topological order, and subgraphs are not supported)"
+                "must be in topological order)"
             ) from None
 
     def emit(
@@ -355,19 +361,245 @@ class _Importer:
                     f"{label}: operator {op_type} is not supported by kiln; supported operators: "
                     f"{', '.join(supported_operators())}"
                 ) from None
+        version = self.op_version(op_type, domain)
+        if key in _CONTROL_OPS:
+            self.import_control(proto, label, version)
+            return
         attrs: dict[str, Any] = {}
         for a in proto.attribute:
             if a.ref_attr_name:
                 raise UnsupportedOperationError(f"{label}: attribute references are not supported")
             attrs[a.name] = _attribute_value(onnx, a, label)
         inputs = [self.value(name, label) for name in proto.input]
-        version = self.op_version(op_type, domain)
+        _check_no_strings(key, label, proto.input, inputs)
         call = _Call(key, inputs, attrs, list(proto.output), proto.name, label, version)
         rewrite = _REWRITES.get(key)
         if rewrite is not None:
             rewrite(self, call)
         else:
             self.finish(call)
+
+    # -- control flow: ONNX subgraphs as kiln's closed subgraphs --------------------------
+
+    def import_control(self, proto: Any, label: str, version: int) -> None:
+        """An If/Loop/Scan node: each subgraph imported as a kiln graph whose outer-scope
+        references become explicit captures (extra inputs of the node and of the subgraph,
+        after the ONNX ones); small integer outer constants are copied in instead."""
+        onnx = _onnx()
+        op = proto.op_type
+        attrs: dict[str, Any] = {}
+        graphs: dict[str, Any] = {}
+        for a in proto.attribute:
+            if a.ref_attr_name:
+                raise UnsupportedOperationError(f"{label}: attribute references are not supported")
+            if a.type == onnx.AttributeProto.GRAPH:
+                graphs[a.name] = a.g
+            else:
+                attrs[a.name] = _attribute_value(onnx, a, label)
+        inputs = [self.value(name, label) for name in proto.input]
+        if op == "If" and self.inline_known_branch(proto, inputs[0], graphs, label):
+            return
+        free: list[str] = []
+        for g in graphs.values():
+            free.extend(n for n in _free_names(g) if n not in free)
+        # Small integer constants (shapes, axes: their type carries their contents) are
+        # copied into the subgraph, so its shapes stay known; other values are captured.
+        constants = {
+            id(c.value): c.data
+            for c in self.builder.constants
+            if c.value.type.value is not None and c.data.dtype.kind in "biu"
+        }
+        captured = [(n, self.value(n, f"{label} (read by a subgraph)")) for n in free]
+        passed = [(n, v) for n, v in captured if v is not None and id(v) not in constants]
+        inlined = {n: constants[id(v)] for n, v in captured if v is not None and id(v) in constants}
+        bodies: dict[str, ModelGraph] = {}
+        if op == "If":
+            for name, g in graphs.items():
+                bodies[name] = self.import_body(g, [], passed, inlined, f"{label} {name}")
+        elif op == "Loop":
+            while len(inputs) < 2:
+                inputs.append(None)
+            flags = [TensorType(np.dtype(np.int64), ()), TensorType(np.dtype(np.bool_), ())]
+            carried = [_plain(_typed(v, label).type) for v in inputs[2:]]
+            bodies["body"] = self.import_loop_body(
+                graphs["body"], flags, carried, [], passed, inlined, f"{label} body", 1
+            )
+            attrs["num_captures"] = len(passed)
+        elif version < 9:  # Scan-8: a batch axis first, and sequence_lens
+            self.import_scan8(proto, label, attrs, graphs["body"], inputs, passed, inlined)
+            return
+        else:  # Scan
+            scanned = int(attrs.get("num_scan_inputs", 0))
+            states = [_plain(_typed(v, label).type) for v in inputs[: len(inputs) - scanned]]
+            axes = list(attrs.get("scan_input_axes", ())) or [0] * scanned
+            slices = []
+            for v, axis in zip(inputs[len(inputs) - scanned :], axes):
+                t = _typed(v, label).type
+                axis = axis % max(t.ndim, 1)
+                slices.append(TensorType(t.dtype, t.shape[:axis] + t.shape[axis + 1 :]))
+            bodies["body"] = self.import_loop_body(
+                graphs["body"], [], states, slices, passed, inlined, f"{label} body", 0
+            )
+            attrs["num_captures"] = len(passed)
+        attrs.update(bodies)
+        self.emit(op, inputs + [v for _, v in passed], attrs, list(proto.output), proto.name, label)
+
+    def inline_known_branch(
+        self, proto: Any, cond: Value | None, graphs: dict[str, Any], label: str
+    ) -> bool:
+        """An If whose condition the model fixes (``Size(x) == 4`` of a static x, a constant
+        attribute): the chosen branch's nodes join this graph in place of the If (the other
+        branch may not even be valid for these types, as in functions that expand one op for
+        several ranks). False, with nothing imported, when the condition is not known."""
+        value = None if cond is None else cond.type.value
+        if value is None or len(value) != 1:
+            return False
+        branch = graphs["then_branch" if value[0] else "else_branch"]
+        defined = [t.name for t in branch.initializer] + [
+            o for n in branch.node for o in n.output if o
+        ]
+        if len(branch.input) or any(name in self.values for name in defined):
+            return False  # (a name clash with this scope: imported as an If node)
+        onnx = _onnx()
+        for name in defined:
+            self.scope.reserve(name)
+        for tensor in branch.initializer:
+            self.add_constant(tensor.name, _array(onnx, tensor, where=f"{label} {tensor.name!r}"))
+        declared = self.declared
+        self.declared = {
+            **declared,
+            **{info.name: info for info in list(branch.value_info) + list(branch.output)},
+        }
+        try:
+            for node in branch.node:
+                self.import_node(node)
+        finally:
+            self.declared = declared
+        for info, name in zip(branch.output, proto.output):
+            if name:
+                source = self.value(info.name, label)
+                self.emit("Identity", [source], {}, [name], "", label)
+        return True
+
+    def import_scan8(
+        self,
+        proto: Any,
+        label: str,
+        attrs: dict[str, Any],
+        g: Any,
+        inputs: list[Value | None],
+        passed: list[tuple[str, Value]],
+        inlined: dict[str, np.ndarray],
+    ) -> None:
+        """Scan-8 (axis 0 of every input and output is a batch axis; the scan runs along
+        axis 1) as a Scan over the batch whose body is the Scan of one batch entry."""
+        if inputs and inputs[0] is not None:
+            raise UnsupportedOperationError(
+                f"{label}: Scan-8 with sequence_lens (a length per batch entry) is not supported"
+            )
+        data = [_typed(v, label) for v in inputs[1:]]
+        scanned = int(attrs.get("num_scan_inputs", 0))
+        states = len(data) - scanned
+        directions = tuple(attrs.get("directions", ())) or (0,) * scanned
+        one = [_plain(TensorType(v.dtype, v.shape[1:])) for v in data]  # one batch entry
+        slices = [TensorType(t.dtype, t.shape[1:]) for t in one[states:]]
+        inner = self.import_loop_body(g, [], one[:states], slices, passed, inlined, label, 0)
+        outer = GraphBuilder()
+        args = [outer.add_input(f"entry_{k}", t) for k, t in enumerate(one)]
+        args += [outer.add_input(name, v.type) for name, v in passed]
+        inner_attrs = {
+            "body": inner,
+            "num_scan_inputs": scanned,
+            "scan_input_directions": directions,
+            "num_captures": len(passed),
+        }
+        results = outer.add("Scan", args, inner_attrs)
+        body = outer.graph("batch_entry", results)
+        outer_attrs = {
+            "body": body,
+            "num_scan_inputs": len(data),
+            "num_captures": len(passed),
+        }
+        values = [*data, *(v for _, v in passed)]
+        self.emit("Scan", values, outer_attrs, list(proto.output), proto.name, label)
+
+    def import_loop_body(
+        self,
+        g: Any,
+        head: list[TensorType],
+        carried: list[TensorType],
+        tail: list[TensorType],
+        passed: list[tuple[str, Value]],
+        inlined: dict[str, np.ndarray],
+        where: str,
+        skip: int,
+    ) -> ModelGraph:
+        """A Loop or Scan body, its carried values typed from the node's initial values; a
+        static size that an iteration changes becomes a symbol, and the body is imported again
+        with it (``skip``: body outputs before the carried ones)."""
+        for _ in range(3):
+            body = self.import_body(g, head + carried + tail, passed, inlined, where)
+            outs = body.output_values[skip : skip + len(carried)]
+            widened = []
+            for t, out in zip(carried, outs):
+                shape = t.shape
+                if out.dtype == t.dtype and out.type.ndim == t.ndim:
+                    shape = tuple(
+                        fresh_symbol("carried") if isinstance(a, int) and a != b else a
+                        for a, b in zip(t.shape, out.shape)
+                    )
+                widened.append(TensorType(t.dtype, shape))
+            if all(a.shape == b.shape for a, b in zip(widened, carried)):
+                break
+            carried = widened
+        return body
+
+    def import_body(
+        self,
+        g: Any,
+        formal: list[TensorType],
+        passed: list[tuple[str, Value]],
+        inlined: dict[str, np.ndarray],
+        where: str,
+    ) -> ModelGraph:
+        """ONNX subgraph ``g`` as a closed kiln graph: inputs ``formal`` (the ONNX ones, typed
+        from the node), then one per captured outer value; outer constants as constants."""
+        onnx = _onnx()
+        if len(g.input) != len(formal):
+            raise UnsupportedOperationError(
+                f"{where}: the subgraph declares {len(g.input)} input(s), the operator passes "
+                f"{len(formal)}"
+            )
+        sub = _Importer(g, self.opset)
+        for name in [*_all_names(g), *(n for n, _ in passed), *inlined]:
+            sub.scope.reserve(name)
+        for tensor in g.initializer:
+            sub.add_constant(tensor.name, _array(onnx, tensor, where=f"{where} {tensor.name!r}"))
+        for name, data in inlined.items():
+            sub.add_constant(name, data)
+        for info, ttype in zip(g.input, formal):
+            sub.values[info.name] = sub.builder.add_input(info.name, ttype)
+        for name, value in passed:
+            t = value.type  # known integer contents (a shape) stay known inside
+            if t.value is not None and t.dtype.kind not in "biu":
+                t = TensorType(t.dtype, t.shape)
+            sub.values[name] = sub.builder.add_input(name, t)
+        sub.declared = {info.name: info for info in list(g.value_info) + list(g.output)}
+        for node in g.node:
+            sub.import_node(node)
+        outputs = []
+        for info in g.output:
+            if info.name not in sub.values:
+                raise UnsupportedOperationError(
+                    f"{where}: subgraph output {info.name!r} is not computed by the subgraph"
+                )
+            value = sub.values[info.name]
+            if any(value is v for v in outputs):  # kiln's outputs have distinct names
+                fresh = sub.scope.fresh(f"{info.name}_again")
+                (value,) = sub.emit("Identity", [value], {}, [fresh], "", where)
+            outputs.append(value)
+        sub.check_declared_types()
+        return sub.builder.graph(g.name or "body", outputs)
 
     def op_version(self, op_type: str, domain: str) -> int:
         """The version of ``op_type`` that the model's opset selects (its ``since_version``)."""
@@ -413,6 +645,62 @@ class _Call:
     name: str
     where: str
     version: int
+
+
+_CONTROL_OPS = ("If", "Loop", "Scan")
+
+
+def _typed(value: Value | None, where: str) -> Value:
+    if value is None:
+        raise UnsupportedOperationError(f"{where}: an omitted input where a value is needed")
+    return value
+
+
+def _plain(t: TensorType) -> TensorType:
+    """``t`` without known contents (a loop-carried value changes)."""
+    return TensorType(t.dtype, t.shape)
+
+
+def _free_names(g: Any) -> list[str]:
+    """The names ONNX subgraph ``g`` (and the subgraphs inside it) reads from outer scopes,
+    in order of first use."""
+    onnx = _onnx()
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {o for n in g.node for o in n.output if o}
+    free: list[str] = []
+
+    def use(name: str) -> None:
+        if name and name not in defined and name not in free:
+            free.append(name)
+
+    for node in g.node:
+        for name in node.input:
+            use(name)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                for name in _free_names(a.g):
+                    use(name)
+            for sub in a.graphs:
+                for name in _free_names(sub):
+                    use(name)
+    for info in g.output:
+        use(info.name)
+    return free
+
+
+def _check_no_strings(
+    op: str, label: str, names: Sequence[str], inputs: Sequence[Value | None]
+) -> None:
+    """String tensors (``dtypes.string``) go only into Cast and CastLike."""
+    if op in ("Cast", "CastLike"):
+        return
+    for name, v in zip(names, inputs):
+        if v is not None and v.dtype == string:
+            raise UnsupportedOperationError(
+                f"{label}: input {name!r} is a string tensor; ONNX element type STRING is not "
+                f"supported by kiln as an input of {op} (kiln takes string tensors only as the "
+                "input or output of Cast and CastLike)"
+            )
 
 
 def _drop_attrs(call: _Call, *names: str) -> None:
@@ -496,13 +784,36 @@ def _dropout(imp: _Importer, call: _Call) -> None:
 
 
 def _batch_norm(imp: _Importer, call: _Call) -> None:
+    """kiln's BatchNormalization makes Y alone (inference mode). Outputs beyond Y that a node
+    asks for in inference mode are the running statistics, which inference leaves as they
+    are: ``input_mean`` and ``input_var``. Before opset 14 extra outputs without ``is_test=1``
+    are the training form (ONNX's "output case #1"), refused as training_mode=1 is."""
     spatial = call.attrs.pop("spatial", 1)
-    _drop_attrs(call, "is_test")
+    is_test = call.attrs.pop("is_test", 0)  # opset < 7
     if spatial != 1:
         raise UnsupportedOperationError(
             f"{call.where}: BatchNormalization with spatial=0 (opset < 9) is not supported"
         )
-    imp.finish(call)
+    extra = [(i, name) for i, name in enumerate(call.outputs[1:], 1) if name]
+    if extra and call.version < 14:
+        if not is_test:
+            raise UnsupportedOperationError(
+                f"{call.where}: BatchNormalization: training mode (opset {call.version} reads "
+                f"a node with outputs beyond Y, here {len(call.outputs)}, as training mode) is "
+                "not supported; expected the single output Y (kiln is an inference runtime: "
+                "running statistics are inputs)"
+            )
+        saved = [name for i, name in extra if i >= 3]
+        if saved:
+            raise UnsupportedOperationError(
+                f"{call.where}: BatchNormalization: outputs saved_mean/saved_var ({saved}) "
+                "exist for training only and are not supported; kiln makes Y, and in "
+                "inference mode mean and var (the input statistics, unchanged)"
+            )
+    call.outputs = call.outputs[:1]
+    imp.finish(call)  # training_mode=1 is refused here, by the operator's infer
+    for i, name in extra:  # running_mean, running_var: unchanged at inference
+        imp.emit("Identity", [call.inputs[2 + i]], {}, [name], "", call.where)
 
 
 def _softmax(imp: _Importer, call: _Call) -> None:
@@ -693,8 +1004,8 @@ def _with_known_values(
     operator's kernel, so a later Reshape/Expand still knows its target shape. Types only:
     the graph itself is unchanged. Each output keeps contents up to the ``known_ints`` limit
     of :class:`~kiln.ops.folding.FoldingLimits`, as every type does."""
-    if not inputs or all(t.value is not None for t in types):
-        return types
+    if not inputs or all(t.value is not None for t in types) or has_subgraphs(opdef):
+        return types  # (a loop is not run at load time)
     if not all(t.dtype.kind in "biu" and t.ndim <= 1 for t in types):
         return types
     arrays: list[np.ndarray | None] = []
@@ -886,5 +1197,6 @@ def _attribute_value(onnx: Any, a: Any, where: str) -> Any:
         return _array(onnx, a.t, f"{where} attribute {a.name!r}")
     raise UnsupportedOperationError(
         f"{where}: attribute {a.name!r} has type {t.AttributeType.Name(a.type)}; kiln supports "
-        "int, float, string, ints, floats, strings and tensor attributes (no subgraphs)"
+        "int, float, string, ints, floats, strings and tensor attributes (subgraphs on If, "
+        "Loop and Scan)"
     )

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..device import as_place
 from ..errors import GraphNotFinalizedError, GraphValidationError
+from ..ops.control import install_graph_factory
 from ..ops.registry import DATA_DEPENDENT_SHAPE, OpDef, TensorType, get_op
 from ..spec import TensorSpec
 from ..symbolic import ShapeGuard, SymDim, format_shape, is_fresh
@@ -41,7 +42,12 @@ __all__ = [
     "install_runtime",
 ]
 
-AttrValue = Union[int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...], np.ndarray]
+# A node's attribute: also a subgraph (``Attr("graph")``: If's branches, Loop's and Scan's body).
+# Subgraphs are closed (see kiln.ops.control): every outer value a body reads is an explicit
+# input of the node and of the subgraph, so passes see every dependency through node inputs.
+AttrValue = Union[
+    int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...], np.ndarray, "ModelGraph"
+]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -488,6 +494,12 @@ def verify_graph(graph: ModelGraph) -> None:
                     f"{where}: input {i} {arg.name!r} is used before it is defined "
                     "(not topologically ordered, or from another graph)"
                 )
+        for key, sub in node.attrs.items():
+            if isinstance(sub, ModelGraph):  # closed: checked on its own, then against the node
+                try:
+                    verify_graph(sub)
+                except GraphValidationError as exc:
+                    problems.append(f"{where}: subgraph {key!r}: {exc}")
         try:
             attrs = opdef.bind_attrs(node.attrs)
             opdef.check_arity(len(node.inputs))
@@ -532,3 +544,37 @@ def verify_graph(graph: ModelGraph) -> None:
     if problems:
         listing = "\n  ".join(problems)
         raise GraphValidationError(f"graph {graph.name!r} is invalid:\n  {listing}")
+
+
+def graph_from_ops(
+    inputs: Sequence[TensorType],
+    nodes: Sequence[tuple[str, Sequence[int], Mapping[str, Any]]],
+    outputs: Sequence[int],
+    name: str = "body",
+) -> ModelGraph:
+    """A small graph from a listing: input types, then ``(op, refs, attrs)`` per node, where
+    ``refs`` index the values so far (the inputs, then each node's outputs in order), then the
+    refs of the outputs. Types are inferred; names are made up (``x0``, ``add``, ...).
+
+    Example:
+        >>> f32 = TensorType(np.dtype("float32"), (2,))
+        >>> print(graph_from_ops([f32, f32], [("Add", (0, 1), {})], [2]))
+        graph body(x0: float32[2], x1: float32[2]) -> (add: float32[2])
+          add: float32[2] = Add(x0, x1)
+    """
+    scope = NameScope()
+    values: list[Value] = [Value(scope.fresh(f"x{k}"), t) for k, t in enumerate(inputs)]
+    graph_inputs = list(values)
+    made: list[Node] = []
+    for op, refs, attrs in nodes:
+        opdef = get_op(op)
+        bound = opdef.bind_attrs(attrs)
+        args = [values[r] for r in refs]
+        types = opdef.infer([v.type for v in args], bound)
+        outs = tuple(Value(scope.fresh(snake_case(op)), t) for t in types)
+        made.append(Node(opdef.qualified_name, tuple(args), outs, bound, outs[0].name))
+        values.extend(outs)
+    return ModelGraph(name, graph_inputs, [values[r] for r in outputs], made)
+
+
+install_graph_factory(graph_from_ops)

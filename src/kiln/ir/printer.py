@@ -40,7 +40,13 @@ def _values(data: np.ndarray) -> str:
     return flat[0] if data.ndim == 0 else "[" + ", ".join(flat) + "]"
 
 
+def _is_graph(value: object) -> bool:
+    return hasattr(value, "output_values") and hasattr(value, "nodes")
+
+
 def _attr(value: object) -> str:
+    if _is_graph(value):
+        return f"<graph {value.name}>"  # type: ignore[attr-defined]  # printed below the node
     if isinstance(value, np.ndarray):
         if value.size <= _MAX_INLINE:
             return _values(value)
@@ -60,6 +66,8 @@ def format_node(node: Node) -> str:
 
 
 def format_graph(graph: ModelGraph) -> str:
+    """The graph, one line per node; a node's subgraphs (If's branches, a Loop's body) follow
+    it, indented, each headed by its attribute's name."""
     ins = ", ".join(f"{v.name}: {format_type(v)}" for v in graph.input_values)
     outs = ", ".join(f"{v.name}: {format_type(v)}" for v in graph.output_values)
     lines = [f"graph {graph.name}({ins}) -> ({outs})"]
@@ -73,5 +81,11 @@ def format_graph(graph: ModelGraph) -> str:
         else:
             text += f"<{c.data.size} values>"
         lines.append(text)
-    lines.extend("  " + format_node(n) for n in graph.nodes)
+    for n in graph.nodes:
+        lines.append("  " + format_node(n))
+        for key, sub in sorted(n.attrs.items()):
+            if _is_graph(sub):
+                first, *rest = format_graph(sub).split("\n")  # type: ignore[arg-type]
+                lines.append(f"    {key}: {first}")
+                lines.extend("    " + line for line in rest)
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..ops.registry import TensorType
-from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, symbol
+from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, is_fresh, symbol
 from .builder import GraphBuilder
 from .graph import ModelGraph, Value
 
@@ -41,6 +41,8 @@ def pinned_sizes(guards: Iterable[ShapeGuard]) -> dict[str, int]:
         for guard in equalities:
             bound = guard.bind(pins)
             solved = _solve_linear(bound.left - bound.right)
+            if solved is not None and is_fresh(symbol(solved[0])):
+                continue  # a size the run decides (NonZero's, a run-time Reshape's) is per run
             if solved is not None and solved[0] not in pins:
                 pins[solved[0]] = solved[1]
                 found = True

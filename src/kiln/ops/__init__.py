@@ -7,7 +7,7 @@ arrays, not ``Tensor``.
 
 from __future__ import annotations
 
-from . import elementwise, fused, linalg, nn, reduce, shape, writes  # noqa: F401  # register the families
+from . import complex, control, elementwise, fused, linalg, nn, reduce, shape, writes  # noqa: F401  # register the families
 from .registry import OpDef, TensorType, all_ops, get_op, register
 
 __all__ = ["OpDef", "TensorType", "all_ops", "get_op", "register"]

@@ -24,6 +24,7 @@ from ..dtypes import dtype_from_onnx_code, onnx_dtype_code
 from ..errors import OpArgumentError
 from ..symbolic import Dim, dim_max, dim_min, floordiv, format_shape, mod
 from . import batching
+from .complex import COMPLEX
 from .registry import (
     COMMUTATIVE,
     ELEMENTWISE,
@@ -374,6 +375,8 @@ def _mod_kernel(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
 
 def _pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = x.dtype
+    if out.kind == "c":  # NumPy's complex loop, in the base's dtype
+        return np.power(x, y.astype(out, copy=False))
     if dtypes.is_floating(out):
         if y.dtype == out:
             return np.power(x, y)
@@ -747,7 +750,7 @@ unary(
     "Neg",
     "-x (integers wrap around).",
     np.negative,
-    SIGNED,
+    SIGNED | COMPLEX,
     value_fn=lambda a: -a,
     sample_dtypes=(dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8),
     reference=_pointwise(lambda v: -v),
@@ -792,6 +795,9 @@ _FLOAT_MATH: tuple[tuple[str, str, Callable[..., Any], tuple[float, float], Call
     ("Atanh", "Inverse hyperbolic tangent.", np.arctanh, (-0.95, 0.95), math.atanh),
     ("Tanh", "Hyperbolic tangent.", np.tanh, (-4.0, 4.0), math.tanh),
 )
+# The ones NumPy also computes on complex numbers (its own loops: the kernels are NumPy's).
+_COMPLEX_MATH = {"Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Tanh"}
+_COMPLEX_MATH |= {"Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"}
 # A few representative ops are also sampled in half precision.
 _HALF_SAMPLED = {"Log", "Sqrt", "Floor", "Round", "Sin", "Tanh"}
 
@@ -799,7 +805,7 @@ unary(
     "Exp",
     "e raised to each element.",
     np.exp,
-    FLOATS,
+    FLOATS | COMPLEX,
     sample_dtypes=(*_F32_F64, *_F16),
     reference=_pointwise(math.exp),
     cost=4,
@@ -811,7 +817,7 @@ for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
         _name,
         _doc,
         _kernel,
-        FLOATS,
+        FLOATS | COMPLEX if _name in _COMPLEX_MATH else FLOATS,
         sample_dtypes=_F32_F64 + (_F16 if _name in _HALF_SAMPLED else ()),
         sample_range=_domain,
         reference=_pointwise(lambda v, f=_ref: float(f(v))),
@@ -1239,19 +1245,113 @@ register(
 
 
 # -- Cast ----------------------------------------------------------------------------------
+#
+# Strings (ONNX data type 8) are NumPy object arrays of str (``dtypes.string``); they exist only
+# in imported ONNX models, as the input or output of Cast and CastLike. Numbers become strings
+# as NumPy writes them (``astype(str)``: the shortest text that reads back to the same value,
+# "nan", "inf", "-inf"), as onnx's reference does. Strings become numbers as ONNX's Cast reads
+# them: plain or scientific notation, "INF", "+INF", "-INF" and "NaN" in any case; an integer
+# target takes an integer literal as it is and truncates a decimal one toward zero ("100.5"
+# gives 100); bool takes "true"/"false" (any case) or a number (nonzero is True).
+
+_STRING = dtypes.string
+_CASTABLE = ALL | {_STRING}
 
 
 def _cast_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     x = require("Cast", "input", inputs[0])
-    require_dtype("Cast", "input", x, ALL)
+    require_dtype("Cast", "input", x, _CASTABLE)
     target = dtype_from_onnx_code(attrs["to"])
-    return [TensorType(target, x.shape, x.value if dtypes.is_integer(target) else None)]
+    keep = dtypes.is_integer(target) and x.dtype != _STRING
+    return [TensorType(target, x.shape, x.value if keep else None)]
+
+
+def _cast(x: np.ndarray, target: np.dtype, op: str) -> np.ndarray:
+    """``x`` converted to ``target`` with ONNX Cast's semantics (strings included)."""
+    if target == _STRING:
+        if x.dtype == _STRING:
+            return np.array(x, dtype=object)  # a copy, as astype gives
+        if x.dtype == dtypes.bfloat16:  # NumPy writes no text for ml_dtypes' bfloat16
+            texts = [_shortest_bfloat16(v) for v in x.astype(np.float64).reshape(-1).tolist()]
+            return np.array(texts, dtype=object).reshape(x.shape)
+        return x.astype(np.str_).astype(object)
+    if x.dtype == _STRING or x.dtype.kind in "SU":
+        return _parse_strings(x, target, op)
+    if x.dtype.kind == "c" and target.kind not in "cb":
+        x = x.real  # NumPy's astype drops the imaginary part (the front door warns as NumPy)
+    return x.astype(target)
+
+
+def _shortest_bfloat16(value: float) -> str:
+    """The shortest decimal that reads back to the same bfloat16, written as NumPy writes a
+    float ("0.1", "3.0", "1e-05", "nan")."""
+    for digits in range(1, 10):
+        short = float(f"{value:.{digits}g}")
+        if np.asarray(short).astype(dtypes.bfloat16) == np.asarray(value).astype(dtypes.bfloat16):
+            return str(np.float64(short))
+    return str(np.float64(value))  # NaN (never equal to itself)
+
+
+def _parse_strings(x: np.ndarray, target: np.dtype, op: str) -> np.ndarray:
+    texts = [v.decode() if isinstance(v, bytes) else v for v in x.reshape(-1).tolist()]
+    numbers: list[Any] = []
+    for i, text in enumerate(texts):
+        try:
+            numbers.append(_parse_number(text, target))
+        except (TypeError, ValueError):
+            raise OpArgumentError(
+                f"{op}: element {i} of the string input, {text!r}, is not a number; expected "
+                "plain or scientific notation, INF, +INF, -INF or NaN"
+                + (" (or true/false)" if target == dtypes.bool_ else "")
+            ) from None
+    if all(isinstance(v, (bool, int)) for v in numbers) and target != dtypes.bool_:
+        try:
+            return np.array(numbers, dtype=target).reshape(x.shape)
+        except OverflowError:
+            raise OpArgumentError(
+                f"{op}: an integer of the string input is out of the range of {target.name}"
+            ) from None
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.array(numbers, dtype=np.float64).astype(target).reshape(x.shape)
+
+
+def _parse_number(text: Any, target: np.dtype) -> float | int | bool:
+    if not isinstance(text, str):
+        raise TypeError(text)
+    stripped = text.strip()
+    if target == dtypes.bool_:
+        if stripped.lower() in ("true", "false"):
+            return stripped.lower() == "true"
+        return bool(float(stripped))
+    if dtypes.is_integer(target):
+        try:
+            return int(stripped)
+        except ValueError:
+            value = float(stripped)
+            return int(value) if math.isfinite(value) else value
+    return float(stripped)
 
 
 def _cast_kernel(
     x: np.ndarray, *, to: int, saturate: int = 1, round_mode: str = "up"
 ) -> np.ndarray:
-    return x.astype(dtype_from_onnx_code(to))
+    return _cast(x, dtype_from_onnx_code(to), "Cast")
+
+
+def _involves_strings(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    return any(v is not None and v.dtype == _STRING for v in (*inputs, *outputs))
+
+
+# XLA has no string type; onnxruntime writes and reads numbers in its own way ("NaN", the
+# precision of its streams), so a Cast to or from strings stays on NumPy.
+_STRING_LIMITS = {
+    "jax": EngineLimit("to or from strings (XLA has no string type)", _involves_strings),
+    "onnxruntime": EngineLimit(
+        "to or from strings (onnxruntime formats numbers in its own way)", _involves_strings
+    ),
+}
 
 
 def _cast_samples() -> list[Sample]:
@@ -1273,7 +1373,8 @@ def _cast_samples() -> list[Sample]:
 register(
     OpDef(
         name="Cast",
-        doc="Each element converted to the dtype ``to`` (an ONNX data type number).",
+        doc="Each element converted to the dtype ``to`` (an ONNX data type number; 8, string, "
+        "for a model's string tensors).",
         inputs=(Input("input"),),
         outputs=("output",),
         attrs={"to": Attr("int"), "saturate": Attr("int", 1), "round_mode": Attr("str", "up")},
@@ -1281,6 +1382,7 @@ register(
         kernel=_cast_kernel,
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_cast_samples,
+        engine_limits=_STRING_LIMITS,
     )
 )
 
@@ -1293,8 +1395,8 @@ def _cast_like_infer(
 ) -> list[TensorType]:
     x = require("CastLike", "input", inputs[0])
     like = require("CastLike", "target_type", inputs[1])
-    require_dtype("CastLike", "input", x, ALL)
-    require_dtype("CastLike", "target_type", like, ALL)
+    require_dtype("CastLike", "input", x, _CASTABLE)
+    require_dtype("CastLike", "target_type", like, _CASTABLE)
     value = x.value if dtypes.is_integer(like.dtype) and dtypes.is_integer(x.dtype) else None
     return [TensorType(like.dtype, x.shape, value)]
 
@@ -1302,7 +1404,7 @@ def _cast_like_infer(
 def _cast_like_kernel(
     x: np.ndarray, like: np.ndarray, *, saturate: int = 1, round_mode: str = "up"
 ) -> np.ndarray:
-    return x.astype(like.dtype)
+    return _cast(x, like.dtype, "CastLike")
 
 
 def _cast_like_samples() -> list[Sample]:
@@ -1340,6 +1442,7 @@ register(
         traits=frozenset({PURE}),
         samples=_cast_like_samples,
         since_version=21,
+        engine_limits=_STRING_LIMITS,
     )
 )
 
@@ -1352,7 +1455,7 @@ binary(
     "Add",
     "a + b.",
     np.add,
-    NUMERIC,
+    NUMERIC | COMPLEX,
     value_fn=lambda a, b: a + b,
     commutative=True,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.float16, dtypes.uint8),
@@ -1362,7 +1465,7 @@ binary(
     "Sub",
     "a - b.",
     np.subtract,
-    NUMERIC,
+    NUMERIC | COMPLEX,
     value_fn=lambda a, b: a - b,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.uint8),
     reference=_pointwise(lambda a, b: a - b),
@@ -1371,7 +1474,7 @@ binary(
     "Mul",
     "a * b.",
     np.multiply,
-    NUMERIC,
+    NUMERIC | COMPLEX,
     value_fn=lambda a, b: a * b,
     commutative=True,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.bfloat16),
@@ -1381,7 +1484,7 @@ binary(
     "Div",
     "a / b; integer division truncates toward zero (C semantics).",
     _div_kernel,
-    NUMERIC,
+    NUMERIC | COMPLEX,
     value_fn=_value_div,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.uint8, dtypes.float16),
     rhs_nonzero=True,
@@ -1492,14 +1595,14 @@ register(
 
 # -- Pow -----------------------------------------------------------------------------------
 
-_POW_BASES = frozenset({dtypes.int32, dtypes.int64, *dtypes.FLOAT_DTYPES})
+_POW_BASES = frozenset({dtypes.int32, dtypes.int64, *dtypes.FLOAT_DTYPES, *COMPLEX})
 
 
 def _pow_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     x = require("Pow", "X", inputs[0])
     y = require("Pow", "Y", inputs[1])
     require_dtype("Pow", "X", x, _POW_BASES)
-    require_dtype("Pow", "Y", y, NUMERIC)
+    require_dtype("Pow", "Y", y, NUMERIC | COMPLEX)
     # ONNX lets the exponent have its own dtype; the result has the base's.
     return [TensorType(x.dtype, broadcast("Pow", x.shape, y.shape))]
 

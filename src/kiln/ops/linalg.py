@@ -19,6 +19,7 @@ from .. import dtypes
 from ..errors import OpArgumentError
 from ..symbolic import Dim, Shape, broadcast_dim, format_shape
 from . import batching
+from .complex import COMPLEX
 from .registry import (
     PURE,
     Attr,
@@ -55,7 +56,7 @@ def _static_mismatch(a: Dim, b: Dim) -> bool:
 
 # The dtypes NumPy's matmul hands to BLAS; the registry kernels also cover integers, float16
 # and bfloat16.
-_BLAS_FLOATS = frozenset({dtypes.float32, dtypes.float64})
+_BLAS_FLOATS = frozenset({dtypes.float32, dtypes.float64, *COMPLEX})
 
 
 def _product_cost(
@@ -161,7 +162,7 @@ def _matmul_infer(
 ) -> list[TensorType]:
     a = require("MatMul", "A", inputs[0])
     b = require("MatMul", "B", inputs[1])
-    require_dtype("MatMul", "A", a, MATMUL_DTYPES)
+    require_dtype("MatMul", "A", a, MATMUL_DTYPES | COMPLEX)
     require_same_dtype("MatMul", (a, b), ("A", "B"))
     return [TensorType(a.dtype, matmul_shape("MatMul", a.shape, b.shape))]
 
@@ -244,7 +245,7 @@ def _gemm_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
     a = require("Gemm", "A", inputs[0])
     b = require("Gemm", "B", inputs[1])
     c = inputs[2] if len(inputs) > 2 else None
-    require_dtype("Gemm", "A", a, MATMUL_DTYPES)
+    require_dtype("Gemm", "A", a, MATMUL_DTYPES | COMPLEX)
     require_same_dtype("Gemm", (a, b, c), ("A", "B", "C"))
     for arg, t in (("A", a), ("B", b)):
         if t.ndim != 2:
@@ -284,7 +285,7 @@ def _gemm_kernel(
     aa = _compute(a.T if transA else a)
     bb = _compute(b.T if transB else b)
     y = np.matmul(aa, bb)
-    if not dtypes.is_floating(y.dtype):
+    if y.dtype.kind in "iu":
         # Integers: alpha and beta are floats, so scale in float64 and truncate back.
         scaled = y.astype(np.float64) * alpha if alpha != 1.0 else y
         if c is not None and beta != 0.0:

@@ -1586,6 +1586,18 @@ def _dropout_kernel(
     return x.copy(), np.ones(x.shape, dtype=np.bool_)
 
 
+def _training_maybe_true(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """Whether a Dropout's ``training_mode`` input may be True when the graph runs: it is
+    given and its value is not known to be False (a graph input, a computed value)."""
+    training = inputs[2] if len(inputs) > 2 else None
+    if training is None:
+        return False
+    value = getattr(getattr(training, "type", training), "value", None)
+    return value is None or any(value)
+
+
 def _dropout_samples() -> list[Sample]:
     def ref(x, ratio=None, training_mode=None, **_):  # type: ignore[no-untyped-def]
         return x, np.full(x.shape, True)
@@ -1615,6 +1627,15 @@ register(
         infer=_dropout_infer,
         kernel=_dropout_kernel,
         samples=_dropout_samples,
+        # kiln's kernel refuses training_mode=True when it runs; onnxruntime would drop
+        # elements at random instead, so a training_mode that may be True keeps it off
+        engine_limits={
+            "onnxruntime": EngineLimit(
+                "with a training_mode input not known to be False (onnxruntime would apply "
+                "training-mode dropout where kiln refuses it)",
+                _training_maybe_true,
+            )
+        },
     )
 )
 

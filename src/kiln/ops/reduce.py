@@ -6,8 +6,12 @@ Absent or empty axes reduce every axis, unless ``noop_with_empty_axes`` is set: 
 runs over the empty set of axes, so each output element is the reduction of the single input
 element (``x`` for Sum/Mean/Max, ``|x|`` for L1, ``x*x`` for SumSquare) -- NumPy's ``axis=()``.
 
-``infer`` needs the *contents* of the axes input (its ``TensorType.value``), because they decide the
-output shape; a graph whose axes are computed at run time is rejected with an error saying so.
+``infer`` reads the *contents* of the axes input (its ``TensorType.value``) where they are known,
+because they decide the output shape. Axes computed at run time (a graph input, a data-dependent
+value) decide it only when the graph runs: the output rank follows from their number (the same
+rank with ``keepdims=1``), and each size that may change is a fresh symbolic size, as TopK's
+along its axis when ``K`` is computed at run time. The kernels check such values as ``infer``
+checks constants (an axis out of range or repeated, K beyond the axis).
 
 Reducing over an empty set of values gives the identity of the reduction: 0 for Sum/L1/L2/
 SumSquare, 1 for Prod, -inf for LogSum/LogSumExp, NaN for Mean, and for ReduceMax (ReduceMin) minus
@@ -25,8 +29,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
-from ..symbolic import Dim, Shape, SymDim, format_shape
+from ..symbolic import Dim, Shape, SymDim, format_shape, fresh_symbol
 from . import batching
+from .complex import COMPLEX
 from .registry import (
     PURE,
     REDUCTION,
@@ -119,10 +124,49 @@ def reduced_shape(shape: Shape, axes: Sequence[int], keepdims: bool) -> Shape:
     return tuple(out)
 
 
-def _kernel_axes(ndim: int, axes: np.ndarray | None, noop: int) -> tuple[int, ...]:
+def _runtime_reduced_shape(
+    op: str, data: TensorType, axes: TensorType | None, attrs: Mapping[str, Any]
+) -> Shape | None:
+    """The output shape of a reduction whose ``axes`` are computed at run time (None when
+    they are absent or known): which axes are reduced is unknown, so every size that may
+    change is a fresh size known when the graph runs. The rank is known from the number of
+    axes (a repeated axis is refused when it runs), except when even that is unknown."""
+    if axes is None or axes.value is not None or axes.shape == (0,):
+        return None
+    if axes.dtype != dtypes.int64:
+        raise OpTypeError(f"{op}: input 'axes' must be int64, got {axes.dtype}")
+    count = axes.shape[0] if axes.ndim == 1 else None
+    if not isinstance(count, int):
+        raise OpArgumentError(
+            f"{op}: input 'axes' ({axes}) is computed at run time and its number of entries "
+            "is not known when the graph is built, so the rank of the output is unknown (kiln "
+            "knows every rank before a graph runs). Pass its value when loading "
+            "(kiln.io.load(model, constant_inputs={name: value})) or give it a static length"
+        )
+    if count > data.ndim:
+        raise OpArgumentError(
+            f"{op}: input 'axes' has {count} entries, more than the {data.ndim} axes of the "
+            f"input {format_shape(data.shape)}"
+        )
+    if attrs["keepdims"]:  # each size stays or becomes 1
+        return tuple(
+            d if isinstance(d, int) and d == 1 else fresh_symbol(op.lower()) for d in data.shape
+        )
+    return tuple(fresh_symbol(op.lower()) for _ in range(data.ndim - count))
+
+
+def _kernel_axes(
+    ndim: int, axes: np.ndarray | None, noop: int, op: str = "the reduction"
+) -> tuple[int, ...]:
     if axes is None or axes.size == 0:
         return () if noop else tuple(range(ndim))
-    return tuple(int(a) % ndim for a in axes.reshape(-1))
+    given = [int(a) for a in axes.reshape(-1)]
+    if ndim and any(not -ndim <= a < ndim for a in given):  # known only now: check as infer
+        raise OpArgumentError(f"{op}: input 'axes' {given} is out of range for rank {ndim}")
+    resolved = tuple(a % ndim for a in given) if ndim else tuple(given)
+    if len(set(resolved)) != len(resolved):
+        raise OpArgumentError(f"{op}: input 'axes' {given} repeats an axis")
+    return resolved
 
 
 def _native(x: np.ndarray) -> np.ndarray:
@@ -176,6 +220,9 @@ def _reduction(
         data = require(name, "data", inputs[0])
         require_dtype(name, "data", data, allowed)
         axes_type = inputs[1] if len(inputs) > 1 else None
+        runtime = _runtime_reduced_shape(name, data, axes_type, attrs)
+        if runtime is not None:
+            return [TensorType(data.dtype, runtime)]
         axes = reduce_axes(name, data, axes_type, attrs["noop_with_empty_axes"])
         return [TensorType(data.dtype, reduced_shape(data.shape, axes, bool(attrs["keepdims"])))]
 
@@ -187,7 +234,7 @@ def _reduction(
         noop_with_empty_axes: int = 0,
     ) -> np.ndarray:
         # Floating-point warnings are silenced by the caller (run_kernel, the plans).
-        resolved = _kernel_axes(data.ndim, axes, noop_with_empty_axes)
+        resolved = _kernel_axes(data.ndim, axes, noop_with_empty_axes, name)
         result = fn(_native(data), resolved, bool(keepdims))
         return _to_dtype(np.asarray(result), data.dtype)
 
@@ -303,7 +350,7 @@ def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
 
 
 def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    if dtypes.is_floating(x.dtype):
+    if dtypes.is_floating(x.dtype) or x.dtype.kind == "c":
         # The sum in the dtype divided in float64, as NumPy's mean does (no empty-slice warning).
         total = np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
         return np.asarray(total / np.float64(_count(x, axes))).astype(x.dtype)
@@ -533,7 +580,7 @@ _reduction(
     "ReduceSum",
     "The sum over ``axes``.",
     _sum,
-    ACCUMULATE_DTYPES,
+    ACCUMULATE_DTYPES | COMPLEX,
     _ref_sum,
     (_F32, _I64, _F16, _I32),
     ufunc=np.add,
@@ -542,7 +589,7 @@ _reduction(
     "ReduceMean",
     "The arithmetic mean over ``axes`` (integers: truncated toward zero; empty: NaN).",
     _mean,
-    ACCUMULATE_DTYPES,
+    ACCUMULATE_DTYPES | COMPLEX,
     _ref_mean,
     (_F32, _F64, _I32),
 )
@@ -570,7 +617,7 @@ _reduction(
     "ReduceProd",
     "The product over ``axes``.",
     _prod,
-    ACCUMULATE_DTYPES,
+    ACCUMULATE_DTYPES | COMPLEX,
     _ref_prod,
     (_F64, _I32),
     (-2.0, 3.0),
@@ -855,11 +902,8 @@ def _topk_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
         raise OpTypeError(f"TopK: input 'K' must be int64, got {k_t.dtype}")
     axis = normalize_axis("TopK", attrs["axis"], x.ndim)
     k = _single_int("TopK", "K", k_t)
-    if k is None:
-        raise OpArgumentError(
-            "TopK: the value of input 'K' must be known when the graph is built (a constant "
-            "or a size computed from shapes), because it decides the output shape"
-        )
+    if k is None:  # computed at run time: the size along the axis is known then
+        k = fresh_symbol("topk")
     if isinstance(k, int):
         size = x.shape[axis]
         if k < 0 or (isinstance(size, int) and k > size):
@@ -878,6 +922,11 @@ def _topk_kernel(
     ax = axis % x.ndim
     data = _native(x)
     n = x.shape[ax]
+    if not 0 <= count <= n:  # K may be known only now (see _topk_infer)
+        raise OpArgumentError(
+            f"TopK: K={count} is out of range for axis {ax} of input 'X' (shape "
+            f"{format_shape(x.shape)}); expected 0 <= K <= {n}"
+        )
     if largest:
         # A stable ascending sort of the reversed lane, read backwards, is descending with
         # ties in ascending index order.

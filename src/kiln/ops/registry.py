@@ -107,7 +107,8 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-_ATTR_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor")
+# "graph": a subgraph (a kiln.ir.ModelGraph, closed: see kiln.ops.control), kept as it is
+_ATTR_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor", "graph")
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,6 +545,9 @@ def _normalise_attr(op: str, name: str, spec: Attr, value: Any) -> Any:
             return tuple(str(v) for v in value)
         elif kind == "tensor":
             return np.asarray(value)
+        elif kind == "graph":
+            if hasattr(value, "input_values") and hasattr(value, "output_values"):
+                return value
     except (TypeError, ValueError):
         pass
     raise OpTypeError(f"{op}: attribute {name!r} must be of kind {kind}, got {value!r}")

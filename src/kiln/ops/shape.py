@@ -11,8 +11,13 @@ symbolic shapes and do *value propagation*: a small integer tensor's known conte
     Concat(that, [-1])             value (B, -1)
     Reshape(x, that)               shape (B, 12)
 
-A shape-like input whose value is unknown is an error naming the input that must be a
-constant, except where the size is data dependent by nature (``NonZero``: a fresh symbol).
+A shape-like input whose value is computed at run time (a graph input, a data-dependent value)
+decides the sizes only when the graph runs: they become fresh symbolic sizes (as ``NonZero``'s
+count), with the rank known where ONNX fixes it (Reshape: the length of ``shape``; Expand: the
+larger of the two ranks; Unsqueeze/Squeeze: the rank plus/minus the number of axes). Only an
+input whose *length* is unknown, so that the rank would be, is an error naming the input and
+saying to pass its value (``constant_inputs=``). The kernels check such values as ``infer``
+checks constants (an axis out of range, split sizes that do not add up).
 
 Slice follows Python's slicing rules for its clamping (as the ONNX reference implementation
 does); they agree with the ONNX text everywhere except a negative-step start before the first
@@ -195,7 +200,36 @@ def _vector(op: str, arg: str, t: TensorType, allowed: frozenset = _I64) -> None
     require_dtype(op, arg, t, allowed)
     require_rank(op, arg, t, (1,))
     if not isinstance(t.shape[0], int):
-        raise OpArgumentError(f"{op}: input {arg!r} must have a static length, got {t}")
+        raise OpArgumentError(
+            f"{op}: input {arg!r} ({t}) must have a length known when the graph is built: "
+            "its number of entries decides the rank of the output, and kiln knows every rank "
+            "before a graph runs. Pass its value when loading (kiln.io.load(model, "
+            "constant_inputs={name: value})) or compute it with a static length"
+        )
+
+
+def _checked_axes(op: str, axes: np.ndarray, ndim: int, arg: str = "axes") -> list[int]:
+    """A kernel's ``axes`` input as non-negative axes, checked as its ``infer`` checks a
+    constant one (in range, none repeated): the values may be known only when the graph runs.
+    """
+    out = [int(a) for a in np.asarray(axes).reshape(-1)]
+    for a in out:
+        if not -ndim <= a < ndim:
+            raise OpArgumentError(
+                f"{op}: input {arg!r} holds axis {a}, out of range for rank {ndim} (expected "
+                f"{-ndim}..{ndim - 1})"
+            )
+    out = [a % ndim for a in out]
+    if len(set(out)) != len(out):
+        raise OpArgumentError(f"{op}: input {arg!r} repeats an axis: {out}")
+    return out
+
+
+def _runtime_sizes(hint: str, rank: int) -> tuple[Dim, ...]:
+    """``rank`` fresh symbolic sizes, for an output whose sizes a shape-like input computed at
+    run time decides (Reshape's ``shape``, Tile's ``repeats``, ...): the rank is known when
+    the graph is built, the sizes when it runs (as NonZero's count)."""
+    return tuple(fresh_symbol(hint) for _ in range(rank))
 
 
 def _scalar_input(op: str, arg: str, t: TensorType) -> None:
@@ -573,7 +607,19 @@ def _squeeze_infer(
     types: Sequence[TensorType | None], attrs: Mapping[str, Any]
 ) -> list[TensorType]:
     data = require("Squeeze", "data", types[0])
-    axes = _squeeze_axes(data, types[1] if len(types) > 1 else None)
+    axes_t = types[1] if len(types) > 1 else None
+    if axes_t is not None and axes_t.value is None:
+        # Axes computed at run time: each removes one axis (NumPy refuses a repeated or a
+        # non-1 axis when it runs), so the rank is known; which sizes remain is not.
+        _vector("Squeeze", "axes", axes_t, _INDEX)
+        count = axes_t.shape[0]
+        if count > data.ndim:
+            raise OpArgumentError(
+                f"Squeeze: input 'axes' has {count} entries, more than the {data.ndim} axes "
+                f"of the input {format_shape(data.shape)}"
+            )
+        return [TensorType(data.dtype, _runtime_sizes("squeeze", data.ndim - count))]
+    axes = _squeeze_axes(data, axes_t)
     shape = [d for i, d in enumerate(data.shape) if i not in axes]
     return [_typed(data.dtype, shape, data.value)]
 
@@ -591,6 +637,10 @@ def _unsqueeze_infer(
     axes_t = require("Unsqueeze", "axes", types[1])
     _vector("Unsqueeze", "axes", axes_t, _INDEX)
     out_rank = data.ndim + axes_t.shape[0]
+    if axes_t.value is None:  # axes computed at run time: the rank is known, the order not
+        if all(isinstance(d, int) and d == 1 for d in data.shape):
+            return [_typed(data.dtype, (1,) * out_rank, data.value)]  # every size is 1
+        return [TensorType(data.dtype, _runtime_sizes("unsqueeze", out_rank))]
     axes = _axes_input("Unsqueeze", "axes", axes_t, out_rank)
     rest = iter(data.shape)
     shape = [1 if i in axes else next(rest) for i in range(out_rank)]
@@ -683,6 +733,13 @@ def _expand_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
     x = require("Expand", "input", types[0])
     shape_t = require("Expand", "shape", types[1])
     _vector("Expand", "shape", shape_t)
+    if shape_t.value is None:  # a target computed at run time: the rank is known
+        rank = max(x.ndim, shape_t.shape[0])
+        dims = (None,) * (rank - x.ndim) + tuple(x.shape)
+        # A static input size other than 1 is the output size (the target's is 1 or the same,
+        # or the run raises); the others are known when the graph runs.
+        out = [d if isinstance(d, int) and d != 1 else fresh_symbol("expand") for d in dims]
+        return [TensorType(x.dtype, tuple(out))]
     target = _known("Expand", "shape", shape_t)
     out = broadcast("Expand", x.shape, target)
     value = None
@@ -742,7 +799,7 @@ def _tile_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) ->
     x = require("Tile", "input", types[0])
     reps_t = require("Tile", "repeats", types[1])
     _vector("Tile", "repeats", reps_t)
-    reps = _known("Tile", "repeats", reps_t)
+    reps = _known_or_unknown("Tile", "repeats", reps_t)
     if len(reps) != x.ndim:
         raise OpArgumentError(
             f"Tile: 'repeats' has {len(reps)} entries; expected one per axis of the input "
@@ -751,7 +808,8 @@ def _tile_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) ->
     for r in reps:
         if isinstance(r, int) and r < 0:
             raise OpArgumentError(f"Tile: repeats must be >= 0, got {tuple(reps)}")
-    shape = [d * r for d, r in zip(x.shape, reps)]
+    # repeats computed at run time (None): those sizes are known when the graph runs
+    shape = [fresh_symbol("tile") if r is None else d * r for d, r in zip(x.shape, reps)]
     value = None
     if x.value is not None and x.ndim == 1 and isinstance(reps[0], int):
         if len(x.value) * reps[0] <= _VALUE_LIMIT:  # never a huge tuple first
@@ -884,6 +942,9 @@ def _split_sizes(
         if num_outputs is not None:
             raise OpArgumentError("Split: give either the 'split' input or num_outputs, not both")
         _vector("Split", "split", split)
+        if split.value is None:  # sizes computed at run time: as many pieces, sizes then
+            count = split.shape[0]
+            return [d] if count == 1 else list(_runtime_sizes("split", count))
         sizes = list(_known("Split", "split", split, "the output shapes"))
         for s in sizes:
             if isinstance(s, int) and s < 0:
@@ -939,6 +1000,11 @@ def _split_kernel(
         sizes = [int(s) for s in _split_sizes(d, None, num_outputs)]
     else:
         sizes = [int(s) for s in split]
+        if sum(sizes) != d or min(sizes, default=0) < 0:  # values known only now
+            raise OpArgumentError(
+                f"Split: split sizes {tuple(sizes)} must be >= 0 and add up to {d}, the size "
+                f"of axis {axis} of the input {format_shape(x.shape)}"
+            )
     bounds = np.cumsum([0] + sizes)
     index = [slice(None)] * x.ndim
     parts = []
@@ -1002,8 +1068,9 @@ register(
 
 def _slice_params(
     op: str, data: TensorType, types: Sequence[TensorType | None]
-) -> list[tuple[int, Dim, Dim, int]]:
-    """(axis, start, end, step) per sliced axis, from the known input values."""
+) -> list[tuple[int | None, Dim | None, Dim | None, int | None]]:
+    """(axis, start, end, step) per sliced axis, from the known input values; None for an
+    entry computed at run time."""
     starts_t = require(op, "starts", types[1])
     ends_t = require(op, "ends", types[2])
     axes_t = types[3] if len(types) > 3 else None
@@ -1022,11 +1089,19 @@ def _slice_params(
             raise OpArgumentError(
                 f"{op}: {len(starts)} starts for a tensor of rank {data.ndim}; pass 'axes'"
             )
-        axes: tuple[int, ...] = tuple(range(len(starts)))
+        axes: tuple[int | None, ...] = tuple(range(len(starts)))
+    elif axes_t.value is None:  # computed at run time: which axes are sliced is unknown
+        axes = _known_or_unknown(op, "axes", axes_t)  # type: ignore[assignment]
+        if len(axes) > data.ndim:
+            raise OpArgumentError(
+                f"{op}: 'axes' has {len(axes)} entries for a tensor of rank {data.ndim}"
+            )
     else:
         axes = normalize_axes(op, _ints(op, "axes", _known(op, "axes", axes_t)), data.ndim)
-    steps: tuple[int, ...] = (1,) * len(starts)
-    if steps_t is not None:
+    steps: tuple[int | None, ...] = (1,) * len(starts)
+    if steps_t is not None and steps_t.value is None:  # computed at run time
+        steps = _known_or_unknown(op, "steps", steps_t)  # type: ignore[assignment]
+    elif steps_t is not None:
         steps = _ints(op, "steps", _known(op, "steps", steps_t))
     for arg, t in (("axes", axes), ("steps", steps)):
         if len(t) != len(starts):
@@ -1053,8 +1128,13 @@ def _slice_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -
     data = require("Slice", "data", types[0])
     shape = list(data.shape)
     value: tuple[Dim, ...] | None = data.value
-    for axis, start, end, step in _slice_params("Slice", data, types):
-        if start is None or end is None:  # bounds computed at run time (from data)
+    params = _slice_params("Slice", data, types)
+    if any(axis is None for axis, _, _, _ in params):
+        # Axes computed at run time: any axis may be sliced, so every size is known then.
+        return [TensorType(data.dtype, _runtime_sizes("slice", data.ndim))]
+    for axis, start, end, step in params:
+        assert axis is not None
+        if start is None or end is None or step is None:  # computed at run time (from data)
             shape[axis] = fresh_symbol("slice")  # known when the graph runs
             value = None
             continue
@@ -1075,8 +1155,10 @@ def _slice_kernel(
     steps: np.ndarray | None = None,
 ) -> np.ndarray:
     index = [slice(None)] * data.ndim
-    axes_ = range(len(starts)) if axes is None else [int(a) % data.ndim for a in axes]
+    axes_ = range(len(starts)) if axes is None else _checked_axes("Slice", axes, data.ndim)
     steps_ = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    if 0 in steps_:
+        raise OpArgumentError(f"Slice: steps must not be 0, got {tuple(steps_)}")
     for a, s, e, st in zip(axes_, starts, ends, steps_):
         index[a] = slice(int(s), int(e), st)
     return data[tuple(index)]
@@ -1676,9 +1758,22 @@ def _pad_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> 
     if value_t is not None:
         require_same_dtype(op, (data, value_t), ("data", "constant_value"))
         _scalar_input(op, "constant_value", value_t)
+    if axes_t is not None and axes_t.value is None:
+        # Axes computed at run time: any axis may be padded, so every size is known then.
+        _vector(op, "axes", axes_t, _INDEX)
+        if pads_t.shape[0] != 2 * axes_t.shape[0]:
+            raise OpArgumentError(
+                f"{op}: 'pads' has {pads_t.shape[0]} entries; expected 2 * {axes_t.shape[0]} "
+                "(all befores, then all afters, one pair per entry of 'axes')"
+            )
+        return [TensorType(data.dtype, _runtime_sizes("pad", data.ndim))]
     axes = None if axes_t is None else _axes_input(op, "axes", axes_t, data.ndim)
     shape = list(data.shape)
-    for a, before, after in _pad_plan(op, data, _known(op, "pads", pads_t), axes):
+    pads = _known_or_unknown(op, "pads", pads_t)
+    for a, before, after in _pad_plan(op, data, pads, axes):
+        if before is None or after is None:  # pads computed at run time
+            shape[a] = fresh_symbol("pad")
+            continue
         d = data.shape[a]
         size = d + before + after
         if isinstance(size, int) and size < 0:
@@ -1699,12 +1794,17 @@ def _pad_kernel(
     *,
     mode: str,
 ) -> np.ndarray:
-    axes_ = range(data.ndim) if axes is None else [int(a) % data.ndim for a in axes]
+    axes_ = range(data.ndim) if axes is None else _checked_axes("Pad", axes, data.ndim)
     k = len(pads) // 2
     widths = [[0, 0] for _ in range(data.ndim)]
     crop = [slice(None)] * data.ndim
     for i, a in enumerate(axes_):
         before, after = int(pads[i]), int(pads[k + i])
+        if data.shape[a] + before + after < 0:  # pads known only now (see _pad_infer)
+            raise OpArgumentError(
+                f"Pad: pads ({before}, {after}) on axis {a} of size {data.shape[a]} leave a "
+                "negative size"
+            )
         # Negative pads crop first; the rest pads.
         crop[a] = slice(max(-before, 0), data.shape[a] - max(-after, 0))
         widths[a] = [max(before, 0), max(after, 0)]
@@ -1898,6 +1998,9 @@ def _constant_of_shape_infer(
     op = "ConstantOfShape"
     shape_t = require(op, "input", types[0])
     _vector(op, "input", shape_t)
+    if shape_t.value is None:  # a shape computed at run time: its rank is its length
+        fill = _fill_value(op, attrs["value"])
+        return [TensorType(fill.dtype, _runtime_sizes("constant_of_shape", shape_t.shape[0]))]
     dims = _known(op, "input", shape_t)
     for d in dims:
         if isinstance(d, int) and d < 0:
@@ -2334,6 +2437,14 @@ def _resize_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
     shape = list(x.shape)
     if sizes is not None:
         _vector(op, "sizes", sizes)
+        if sizes.value is None:  # computed at run time: those sizes are known then
+            if sizes.shape[0] != len(axes):
+                raise OpArgumentError(
+                    f"{op}: 'sizes' has {sizes.shape[0]} entries; expected {len(axes)}"
+                )
+            for a in axes:
+                shape[a] = fresh_symbol("resize")
+            return [TensorType(x.dtype, tuple(shape))]
         values = _known(op, "sizes", sizes)
         if len(values) != len(axes):
             raise OpArgumentError(f"{op}: 'sizes' has {len(values)} entries; expected {len(axes)}")
