@@ -319,3 +319,17 @@ def test_a_loop_updating_two_arrays_row_by_row():
         np.testing.assert_array_equal(vel, want_vel, strict=True)
     g = f.take_graph()
     assert "kiln.SliceUpdate" not in ops(g) and ops(g).count("Add") == 1, ops(g)
+
+
+def test_columns_of_a_batch_that_drifts_to_empty():
+    """Fuzz 23:925: a loop over the columns of a dynamic, then empty, batch axis."""
+
+    def fn(a):
+        last = a[..., -1]
+        return np.stack([np.trunc(a[:, j]) / last for j in range(a.shape[1])], axis=1)
+
+    f = kiln.compile(fn)
+    for rows in (5, 5, 0, 0, 3):
+        a = RNG.standard_normal((rows, 4))
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(f(a), fn(a), strict=True)

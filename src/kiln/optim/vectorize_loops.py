@@ -274,8 +274,10 @@ def _laid_out(
     size = batched.shape[0]
     if all(isinstance(d, int) for d in (size, *shape)):  # every size known: say them
         target, attrs = [*shape[:axis], size * shape[axis], *rest], {"allowzero": 1}
-    elif all(isinstance(d, int) and d for d in rest):  # leading sizes copied, one inferred
-        target, attrs = [0] * axis + [-1, *rest], {}
+    elif all(isinstance(d, int) and d for d in (shape[axis], *rest)):
+        # symbolic sizes before the axis are copied (0); the rest are said, none of them 0
+        # (a 0 would read as "copy"), and never inferred (-1 is ambiguous on empty arrays)
+        target, attrs = [0] * axis + [size * shape[axis], *rest], {}
     else:
         return None
     constant = builder.add_constant(np.asarray(target, np.int64), hint="shape")
