@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import KilnError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value
@@ -342,21 +343,7 @@ def _chains(matcher: _Matcher, parts: Sequence[Value], taken: set[int]) -> list[
 
 # Dtypes whose running sum NumPy computes exactly as the loop's additions (np.cumsum adds in
 # sequence, in the dtype; float16 and bfloat16 sums would be computed wider and round once).
-_CUMULATIVE_DTYPES = frozenset(
-    np.dtype(t)
-    for t in (
-        np.float32,
-        np.float64,
-        np.int8,
-        np.int16,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint16,
-        np.uint32,
-        np.uint64,
-    )
-)
+_CUMULATIVE_DTYPES = frozenset((dtypes.float32, dtypes.float64, *dtypes.INT_DTYPES))
 
 
 def _terms(
