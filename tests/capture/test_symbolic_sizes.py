@@ -265,3 +265,27 @@ def test_a_size_compared_in_a_module_named_like_numpy_is_the_users():
     for n in (8, 8, 3, 9):
         x = np.arange(n, dtype=np.float64)
         _check(cf(x), module.f(x))
+
+
+def test_a_data_dependent_count_taken_as_an_int_recaptures_when_it_changes():
+    """Fuzz 23:2369: ``range(len(np.where(x)[0]))`` specializes a count only the graph knows
+    (a value guard checked after the run); a later call with fewer elements made the plan raise
+    before the check. A run that raises in a graph with value guards is a guard miss: the call
+    is served eagerly (NumPy's answer, or NumPy's error) and captured again."""
+
+    def f(a):
+        picked = np.where(np.ceil(a))[0]
+        return np.array([(picked[i] / a).sum() for i in range(len(picked))])
+
+    cf = kiln.compile(f, dynamic=True)
+    calls = [
+        np.array([[True, True, False]]),
+        np.array([[True, True, False]]),
+        np.zeros((0, 3), np.bool_),
+        np.array([[True, False, False], [False, True, True]]),
+    ]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for a in calls:
+            got, want = cf(a), f(a)
+            np.testing.assert_array_equal(got, want, strict=True)

@@ -81,7 +81,7 @@ class ShapeDrift(ReplayMiss):
 class GuardMiss(ReplayMiss):
     """A value guard saw another value than the capture did."""
 
-    def __init__(self, guard: ValueGuard, got: np.ndarray) -> None:
+    def __init__(self, guard: ValueGuard, got: np.ndarray | str) -> None:
         super().__init__(guard.where)
         self.guard = guard
         self.got = got
@@ -144,7 +144,10 @@ class Replay:
                 if array.shape != shape:
                     break
             else:
-                outs = self.run_unchecked(arrays)  # type: ignore[misc]
+                try:
+                    outs = self.run_unchecked(arrays)  # type: ignore[misc]
+                except Exception as exc:
+                    raise self._unchecked(exc) from exc
                 if self.one_tensor:
                     return Tensor._wrap(outs[0]) if tensors_out else outs[0]
                 return self._result(outs, tensors_out, arrays)
@@ -152,7 +155,20 @@ class Replay:
             outs = self.run(arrays)
         except InputMismatchError as mismatch:
             raise ShapeDrift(mismatch) from None
+        except Exception as exc:
+            raise self._unchecked(exc) from exc
         return self._result(outs, tensors_out, arrays)
+
+    def _unchecked(self, error: Exception) -> Exception:
+        """What a run that raised ``error`` raises: a :class:`GuardMiss` when the graph has
+        value guards, which it checks only after running, so the error may come from an
+        assumption they would have refused (a data-dependent count taken as an int, then
+        different); the call is then served eagerly, where NumPy raises if it raises. Else
+        ``error`` itself."""
+        if not self.guards:
+            return error
+        guard = self.guards[0]
+        return GuardMiss(guard, f"unchecked: the graph raised {type(error).__name__} first")
 
     def _result(self, outs: list[np.ndarray], tensors_out: bool, arrays: list[np.ndarray]) -> Any:
         for guard in self.guards:
