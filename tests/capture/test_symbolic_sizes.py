@@ -289,3 +289,24 @@ def test_a_data_dependent_count_taken_as_an_int_recaptures_when_it_changes():
         for a in calls:
             got, want = cf(a), f(a)
             np.testing.assert_array_equal(got, want, strict=True)
+
+
+def test_a_dead_matmul_whose_sizes_stop_agreeing_still_raises():
+    """Fuzz 23:2497, 24:591: an unused ``a @ b`` over two dynamic contracted sizes was removed
+    as dead code, so a drift where they differ returned a result NumPy refuses."""
+
+    def f(a, b):
+        unused = a @ b  # noqa: F841 - NumPy checks the sizes even so
+        return np.log2(np.abs(a) + 1)
+
+    cf = kiln.compile(f, dynamic=True)
+    a, b = np.ones((2, 2), np.float32), np.ones((2, 2))
+    np.testing.assert_array_equal(cf(a, b), f(a, b), strict=True)
+    np.testing.assert_array_equal(cf(a, b), f(a, b), strict=True)
+    a2, b2 = np.ones((6, 2), np.float32), np.ones((6, 2))
+    with pytest.raises(ValueError, match="matmul"):
+        f(a2, b2)
+    with pytest.raises(ValueError, match="matmul"):
+        cf(a2, b2)
+    a3, b3 = np.ones((3, 4), np.float32), np.ones((4, 4))  # sizes that agree: no error
+    np.testing.assert_array_equal(cf(a3, b3), f(a3, b3), strict=True)

@@ -167,6 +167,18 @@ def _matmul_infer(
     return [TensorType(a.dtype, matmul_shape("MatMul", a.shape, b.shape))]
 
 
+def _matmul_may_raise(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """A product whose contracted sizes are not known to agree (two different symbolic
+    sizes) raises NumPy's error when they do not: it must run even when unused."""
+    a, b = inputs[0], inputs[1]
+    if a is None or b is None or not a.shape or not b.shape:
+        return False
+    inner = b.shape[-2] if len(b.shape) >= 2 else b.shape[0]
+    return bool(a.shape[-1] != inner)
+
+
 def _matmul_kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(np.matmul(_compute(a), _compute(b))).astype(a.dtype, copy=False)
 
@@ -233,6 +245,7 @@ register(
         since_version=13,
         cost=_product_cost,
         fast_kernel=_matmul_fast,
+        raises_on_values=_matmul_may_raise,
         batch=batching.matmul,
     )
 )
