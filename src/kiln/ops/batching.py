@@ -337,16 +337,7 @@ def _gather_slices(
         return None
     value = data
     if fixed:
-        value = builder.add(
-            "Slice",
-            [
-                value,
-                _const(builder, [f[1] for f in fixed], "starts"),
-                _const(builder, [f[2] for f in fixed], "ends"),
-                _const(builder, [f[0] for f in fixed]),
-                _const(builder, [f[3] for f in fixed], "steps"),
-            ],
-        )[0]
+        value = _slice(builder, value, fixed)
     if len(indices) > 1:
         return _gather_blocks(builder, value, indices)
     axis, positions = indices[0]
@@ -410,14 +401,17 @@ def _contiguous(builder: NodeBuilder, data: Any, axis: int, positions: np.ndarra
     if step <= 0 or not np.array_equal(flat, flat[0] + step * np.arange(flat.size)):
         return None
     start = int(flat[0])
-    ends = start + step * flat.size
-    bounds = [
-        _const(builder, [v], hint)
-        for v, hint in zip((start, ends, axis, step), ("starts", "ends", "axes", "steps"))
-    ]
-    (run,) = builder.add("Slice", [data, *bounds])
+    run = _slice(builder, data, [(axis, start, start + step * flat.size, step)])
     target = [*shape[:axis], *positions.shape, *shape[axis + 1 :]]
     return builder.add("Reshape", [run, _const(builder, target, "shape")], {"allowzero": 1})[0]
+
+
+def _slice(builder: NodeBuilder, data: Any, boxes: Sequence[tuple[int, int, int, int]]) -> Any:
+    """``data`` sliced by constant ``(axis, start, end, step)`` bounds."""
+    columns = list(zip(*boxes))
+    hints = ("axes", "starts", "ends", "steps")
+    axes, starts, ends, steps = (_const(builder, c, h) for c, h in zip(columns, hints))
+    return builder.add("Slice", [data, starts, ends, axes, steps])[0]
 
 
 def _rows(builder: NodeBuilder, v: Any) -> list[tuple[int, ...]] | None:
