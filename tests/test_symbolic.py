@@ -396,3 +396,25 @@ def test_substitute_and_describe() -> None:
     with symbolic.guard_scope(_RecordingHook({"B": 5})):
         assert symbolic.describe((B, 3)) == "(B=5, 3)"
         assert symbolic.describe((B + 1,)) == "(B + 1=6,)"
+
+
+def test_python_source_computes_what_evaluate_does():
+    from kiln.symbolic import SOURCE_FUNCTIONS, dim_max, dim_min, floordiv, mod, python_source
+
+    a, b = symbol("a"), symbol("b")
+    dims = [a, 2 * a + 1, a * b - 3, -a, mod(a, 3), floordiv(3 * a - 1, 2), dim_max(a, b)]
+    dims += [dim_min(a, 2 * b), broadcast_dim(a, b), a * a * b, floordiv(a, b) + mod(b, a)]
+    names = {"a": "s[0]", "b": "s[1]"}
+    for d in dims:
+        code = compile(python_source(d, names), "<dim>", "eval")
+        for sizes in ((1, 1), (4, 4), (7, 5), (12, 3)):
+            bindings = {"a": sizes[0], "b": sizes[1]}
+            try:
+                want = evaluate(d, bindings)
+            except ValueError:  # sizes that do not broadcast raise alike
+                with pytest.raises(ValueError):
+                    eval(code, dict(SOURCE_FUNCTIONS, s=sizes))  # noqa: S307
+                continue
+            assert eval(code, dict(SOURCE_FUNCTIONS, s=sizes)) == want, (d, sizes)  # noqa: S307
+    with pytest.raises(KeyError):
+        python_source(a + b, {"a": "n"})

@@ -52,6 +52,8 @@ __all__ = [
     "specialize",
     "substitute",
     "describe",
+    "python_source",
+    "SOURCE_FUNCTIONS",
 ]
 
 Dim = Union[int, "SymDim"]
@@ -316,6 +318,8 @@ class SymDim:
     @property
     def name(self) -> str:
         """The symbol's name for a bare symbol, else the printed expression."""
+        if self.is_symbol():
+            return self._terms[0][0][0][0]  # type: ignore[return-value]
         return str(self)
 
     def evaluate(self, bindings: Mapping[str, int]) -> int:
@@ -404,6 +408,10 @@ class ShapeGuard:
     def negated(self) -> ShapeGuard:
         """The opposite guard (``==`` for ``!=``, ``>=`` for ``<``)."""
         return ShapeGuard(self.left, _NEGATED[self.op], self.right, self.where, self.what)
+
+    def python_source(self, names: Mapping[str, str]) -> str:
+        """The guard as a Python expression (:func:`python_source` of both sides)."""
+        return f"{python_source(self.left, names)} {self.op} {python_source(self.right, names)}"
 
     def is_static(self) -> bool:
         """True when no symbol is left: :meth:`holds` then needs no bindings."""
@@ -688,6 +696,45 @@ _OPAQUE: dict[str, Callable[..., int]] = {
     "min": min,
     "bcast": _bcast_values,
 }
+
+
+# The functions :func:`python_source` text calls, by the names it uses.
+SOURCE_FUNCTIONS: dict[str, Callable[..., int]] = {"_bcast": _bcast_values}
+
+
+def python_source(dim: Dim, names: Mapping[str, str]) -> str:
+    """A Python expression computing ``dim``, with each symbol written as ``names[symbol]`` (an
+    expression, e.g. ``"x.shape[0]"``); it calls the functions of :data:`SOURCE_FUNCTIONS` by
+    their names there. A run-time check compiles it once instead of evaluating the expression
+    tree on every call. Raises ``KeyError`` for a symbol ``names`` lacks.
+
+    Example:
+        >>> b = symbol("B")
+        >>> python_source(2 * b + 1, {"B": "n"})
+        '(1 + 2*(n))'
+        >>> eval(python_source(mod(b, 2), {"B": "n"}), {"n": 7})
+        1
+    """
+    if isinstance(dim, int):
+        return str(dim)
+    terms = []
+    for mono, c in dim._terms:
+        factors = [str(c)] if c != 1 or not mono else []
+        for atom, power in mono:
+            text = _atom_source(atom, names)
+            factors.append(text if power == 1 else f"{text}**{power}")
+        terms.append("*".join(factors))
+    return "(" + " + ".join(terms) + ")"
+
+
+def _atom_source(atom: Atom, names: Mapping[str, str]) -> str:
+    if isinstance(atom, str):
+        return f"({names[atom]})"
+    kind, a, b = atom
+    left, right = python_source(a, names), python_source(b, names)
+    if kind in ("//", "%"):
+        return f"({left}{kind}{right})"
+    return f"{'_bcast' if kind == 'bcast' else kind}({left}, {right})"
 
 
 def _atom_str(atom: Atom) -> str:

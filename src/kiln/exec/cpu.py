@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ from ..ops.registry import (
 )
 from ..ops.shape import known_box, scatter_nd_into
 from ..ops.writes import assign_box, slice_update_into
+from ..symbolic import SOURCE_FUNCTIONS, SymDim, python_source
 from .inputs import InputChecker
 from .plan import Plan, output_copies
 
@@ -227,17 +229,38 @@ class CpuPlan(Plan):
 
 def _fast_checker(checker: InputChecker) -> Callable[[Any], list[np.ndarray]]:
     """``checker`` behind a generated fast path for the replay case: a list of NumPy arrays of
-    exactly the static dtypes and shapes. Anything else (tensors, a mapping, a mismatch, a
-    symbolic graph) goes to the full check."""
-    if not checker.static:
-        return checker
+    exactly the expected dtypes, ranks and static sizes, each symbolic size the same wherever it
+    appears, derived sizes (``2*n``) and the graph's shape guards holding (compiled to Python
+    expressions over the sizes, once). Anything else (tensors, a mapping, any mismatch) goes
+    to the full check, which names what is wrong."""
     n = len(checker.names)
     binds: dict[str, Any] = {"_slow": checker, "_nd": np.ndarray, "_list": list}
     conds = []
+    first: dict[str, str] = {}  # symbol -> the expression of its first occurrence
+    derived: list[tuple[str, Any]] = []
     for i, (dtype, shape) in enumerate(zip(checker.dtypes, checker.shapes)):
         binds[f"d{i}"] = dtype
-        binds[f"s{i}"] = tuple(shape)
-        conds.append(f"type(a{i}) is _nd and a{i}.shape == s{i} and a{i}.dtype == d{i}")
+        if all(isinstance(d, int) for d in shape):
+            binds[f"s{i}"] = tuple(shape)
+            conds.append(f"type(a{i}) is _nd and a{i}.shape == s{i} and a{i}.dtype == d{i}")
+            continue
+        conds.append(f"type(a{i}) is _nd and a{i}.ndim == {len(shape)} and a{i}.dtype == d{i}")
+        for axis, d in enumerate(shape):
+            size = f"a{i}.shape[{axis}]"
+            if isinstance(d, int):
+                conds.append(f"{size} == {d}")
+            elif not d.is_symbol():
+                derived.append((size, d))
+            elif d.name in first:
+                conds.append(f"{size} == {first[d.name]}")
+            else:
+                first[d.name] = size
+    try:
+        conds += [f"{size} == {python_source(d, first)}" for size, d in derived]
+        conds += [f"({guard.python_source(first)})" for guard in checker.guards]
+    except KeyError:  # a size no input binds on its own: the full check says what is wrong
+        return checker
+    binds.update(SOURCE_FUNCTIONS)
     defaults = ", ".join(f"{k}={k}" for k in binds)
     if n == 0:
         body = ["    if type(arrays) is _list and not arrays:", "        return arrays"]
@@ -246,7 +269,11 @@ def _fast_checker(checker: InputChecker) -> Callable[[Any], list[np.ndarray]]:
         body = [
             f"    if type(arrays) is _list and len(arrays) == {n}:",
             f"        {unpack} = arrays",
-            "        if " + " and ".join(conds) + ":",
+            "        try:",  # sizes that do not broadcast raise: the full check explains
+            "            ok = " + " and ".join(conds),
+            "        except ValueError:",
+            "            ok = False",
+            "        if ok:",
             "            return arrays",
         ]
     source = "\n".join([f"def check(arrays, *, {defaults}):", *body, "    return _slow(arrays)"])
@@ -286,8 +313,13 @@ class _PlanWriter:
             self.known[id(c.value)] = c.data
             self.names[id(c.value)] = self.bind(c.data, "c")
         self.input_names = [f"x{i}" for i in range(len(graph.input_values))]
+        self.sizes: dict[str, str] = {}  # a symbolic size -> where the run reads it
+        self.sized: set[str] = set()  # the locals computed from sizes (_from_sizes)
         for name, v in zip(self.input_names, graph.input_values):
             self.names[id(v)] = name
+            for axis, d in enumerate(v.shape):
+                if isinstance(d, SymDim) and d.is_symbol():
+                    self.sizes.setdefault(d.name, f"{name}.shape[{axis}]")
         self.last_use, self.readers = _readers(graph)
         self.outputs = {id(v) for v in graph.output_values}
         self.producer = {id(v): node for node in graph.nodes for v in node.outputs}
@@ -489,7 +521,8 @@ class _PlanWriter:
             return
         if node.op == "Concat" and self._concat_into(index, node):
             return
-        call = _choose(node)
+        sized = self._from_sizes(node)
+        call = sized or _choose(node)
         if has_subgraphs(node.opdef):  # If/Loop/Scan: each subgraph planned once, here
             attrs = node.opdef.bind_attrs(node.attrs)
             kernel = bind_subgraphs(node.op, attrs, _compile_subgraph)
@@ -512,10 +545,74 @@ class _PlanWriter:
         elif node.op == "Identity" and node.inputs[0] is not None:
             self._wrote(index, node.outputs[0], node.inputs[0])  # the kernel returns its input
         self._assign(node, out_names, text)
+        if sized is not None and node.op != "Slice":
+            self.sized.update(out_names)
         if not call.returns_view and into_concat is None:  # (a slice of a Concat is not)
             self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
             self.allocated.update(id(v) for v in node.outputs)
         self._release(index, node)
+
+    def _from_sizes(self, node: Node) -> KernelCall | None:
+        """``node`` computed from the inputs' sizes, where its recorded types say how: a small
+        integer result whose contents are known as expressions of symbolic sizes (shape
+        arithmetic: ``Shape``, ``Mod``, ``Concat``, ... of a dynamic axis) becomes one
+        ``np.array([...])`` of those expressions, and a ``Slice`` whose bounds are such
+        expressions NumPy's basic slicing (a view), instead of a kernel per step. Only for
+        nodes that cannot raise, and expressions that cannot either (no division by a size)."""
+        if can_raise(node):
+            return None
+        if node.op == "Slice":
+            return self._sized_slice(node)
+        if len(node.outputs) != 1 or node.op == "Constant":
+            return None
+        out = node.outputs[0]
+        value = out.type.value
+        if value is None or len(out.shape) > 1 or out.dtype.kind not in "iu":
+            return None
+        if all(isinstance(d, int) for d in value) or len(value) > 16:
+            return None
+        entries = [self._size_source(d) for d in value]
+        if any(e is None for e in entries):
+            return None
+        items = entries[0] if not out.shape else "[" + ", ".join(entries) + "]"  # type: ignore[arg-type]
+        return KernelCall("{b0}(" + items + ", {b1})", (np.array, out.dtype))
+
+    def _sized_slice(self, node: Node) -> KernelCall | None:
+        data = node.inputs[0]
+        if data is None:
+            return None
+        values: list[tuple[Any, ...] | None] = []
+        for p in node.inputs[1:]:
+            known = None if p is None else p.type.value
+            if p is not None and known is None:
+                return None
+            values.append(known)
+        starts, ends = values[0], values[1]
+        assert starts is not None and ends is not None
+        axes = values[2] if len(values) > 2 and values[2] is not None else range(len(starts))
+        steps = values[3] if len(values) > 3 and values[3] is not None else (1,) * len(starts)
+        if not all(isinstance(v, int) for v in (*axes, *steps)) or 0 in steps:
+            return None
+        ndim = len(data.shape)
+        index = [":"] * ndim
+        for axis, start, end, step in zip(axes, starts, ends, steps):
+            bounds = [self._size_source(start), self._size_source(end)]
+            if None in bounds or not -ndim <= axis < ndim:  # type: ignore[operator]
+                return None
+            index[axis % ndim] = f"{bounds[0]}:{bounds[1]}:{step}"  # type: ignore[operator]
+        return KernelCall("{0}[" + ", ".join(index) + ",]", returns_view=True)
+
+    def _size_source(self, d: Any) -> str | None:
+        """The Python expression of the size ``d`` over the inputs' shapes, or None (a size no
+        input has, a float, or an expression that could raise: a division by a size)."""
+        if isinstance(d, (int, np.integer)):
+            return str(int(d))
+        if not isinstance(d, SymDim) or not _safe_size(d):
+            return None
+        try:
+            return python_source(d, self.sizes)
+        except KeyError:
+            return None
 
     def _assign(self, node: Node, out_names: list[str], call: str) -> None:
         """Write ``call``'s result(s) to the locals of ``node``'s outputs."""
@@ -683,9 +780,40 @@ class _PlanWriter:
             results.append(name)
         return results
 
+    def _drop_unread_sizes(self, result: str) -> None:
+        """Drop the steps computing shape arithmetic from sizes (:meth:`_from_sizes`) that no
+        line reads any more: the slices and sizes after them read the inputs' shapes
+        directly."""
+        if not self.sized:
+            return
+        text = "\n".join([*self.lines, result])
+        words = re.findall(r"\bv\d+\b", text)
+        counts: dict[str, int] = {}
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
+        dead = set()
+        for name in self.sized:
+            dels = sum(line.startswith("del ") and name in line.split() for line in self.lines)
+            if counts.get(name, 0) == 1 + dels:  # its assignment (and its release) only
+                dead.add(name)
+        if not dead:
+            return
+        kept = []
+        for line in self.lines:
+            if line.split(" = ", 1)[0] in dead:
+                continue
+            if line.startswith("del "):
+                names = [n for n in line[4:].split(", ") if n not in dead]
+                if not names:
+                    continue
+                line = "del " + ", ".join(names)
+            kept.append(line)
+        self.lines = kept
+
     def finish(self) -> tuple[str, dict[str, Any]]:
         """The source of ``run`` and the objects it binds."""
         result = ", ".join(self._hand_out())
+        self._drop_unread_sizes(result)
         binds = self.binds
         binds["_arr"] = np.asarray
         binds["_outs"] = as_outputs
@@ -769,6 +897,21 @@ def _large(v: Value) -> bool:
 def _releasable(v: Value) -> bool:
     n = _numel(v.shape)
     return n is None or n * v.dtype.itemsize >= RELEASE_MIN_BYTES
+
+
+def _safe_size(d: SymDim) -> bool:
+    """Whether computing ``d`` cannot raise: its divisions (``//``, ``%``) are by non-zero
+    constants, and it broadcasts no two sizes (``bcast`` checks that they agree)."""
+    for mono, _ in d._terms:
+        for atom, _ in mono:
+            if isinstance(atom, str):
+                continue
+            kind, a, b = atom
+            if kind == "bcast" or (kind in ("//", "%") and (not isinstance(b, int) or b == 0)):
+                return False
+            if any(isinstance(x, SymDim) and not _safe_size(x) for x in (a, b)):
+                return False
+    return True
 
 
 def _fold(node: Node, known: dict[int, np.ndarray]) -> tuple[np.ndarray, ...] | None:

@@ -1338,6 +1338,17 @@ def _cast_kernel(
     return _cast(x, dtype_from_onnx_code(to), "Cast")
 
 
+def _cast_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``x.astype(dtype)`` for a cast between real numbers (no text, no complex to drop)."""
+    x = inputs[0]
+    target = outputs[0].dtype
+    if x is None or x.dtype == _STRING or target == _STRING or "c" in (x.dtype.kind, target.kind):
+        return None
+    return KernelCall("{0}.astype({b0})", (target,))
+
+
 def _involves_strings(
     inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
 ) -> bool:
@@ -1380,6 +1391,7 @@ register(
         attrs={"to": Attr("int"), "saturate": Attr("int", 1), "round_mode": Attr("str", "up")},
         infer=_cast_infer,
         kernel=_cast_kernel,
+        fast_kernel=_cast_fast,
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_cast_samples,
         engine_limits=_STRING_LIMITS,

@@ -1915,6 +1915,19 @@ def _shape_kernel(data: np.ndarray, *, start: int, end: int | None) -> np.ndarra
     return np.array(data.shape[lo:hi], dtype=np.int64).reshape(-1)
 
 
+def _shape_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``np.array(x.shape[lo:hi], int64)`` with the bounds worked out once (the rank is
+    static)."""
+    data = inputs[0]
+    if data is None:
+        return None
+    lo, hi = _shape_bounds(len(data.shape), attrs["start"], attrs["end"])
+    template = "{b0}({0}.shape[" + f"{lo}:{hi}" + "], {b1})"
+    return KernelCall(template, (np.array, np.dtype(np.int64)))
+
+
 def _shape_samples() -> list[Sample]:
     def ref(data: np.ndarray, *, start: int, end: int | None) -> np.ndarray:
         dims = list(data.shape)
@@ -1943,6 +1956,7 @@ register(
         attrs={"start": Attr("int", 0), "end": Attr("int", None)},
         infer=_shape_infer,
         kernel=_shape_kernel,
+        fast_kernel=_shape_fast,
         traits=_SHAPE | {SHAPE_ONLY},
         samples=_shape_samples,
     )
