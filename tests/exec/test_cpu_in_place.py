@@ -97,3 +97,66 @@ def test_a_concat_part_that_is_also_a_result_is_not_computed_in_place():
     np.testing.assert_array_equal(joined, np.concatenate([x[:2] * 2.0, x[2:] + 1.0]))
     np.testing.assert_array_equal(top, x[:2] * 2.0)
     assert not np.shares_memory(joined, top)
+
+
+def _central(y):
+    d = np.empty_like(y)
+    d[1:-1] = (y[2:] - y[:-2]) / 0.2
+    d[0] = (y[1] - y[0]) / 0.1
+    d[-1] = (y[-1] - y[-2]) / 0.1
+    return d
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_ufunc_chain_written_into_a_box_is_computed_there(dtype):
+    y = np.random.default_rng(2).standard_normal(20_000).astype(dtype)
+    plan = CpuPlan(kiln.trace(_central, y).graph)  # as recorded: the writes are SliceUpdates
+    # Sub and Div both compute into the box d[1:-1] of the preallocated result (no buffer of
+    # their own copied there afterwards), as NumPy's assignment does.
+    assert len(re.findall(r"out=v\d+\[k\d+\]", plan.source)) == 2, plan.source
+    for seed in (3, 4):
+        y = np.random.default_rng(seed).standard_normal(20_000).astype(dtype)
+        (got,) = plan.run_arrays([y])
+        expected = _central(y)
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_box_update_reading_the_same_buffer_overlapping_equals_numpy():
+    def shift(y):
+        d = np.sqrt(y)  # a buffer of the run's own
+        d[1:] = d[:-1] * 2.0  # reads the old contents it overwrites, shifted by one
+        return d
+
+    y = np.arange(10_000, dtype=np.float64)
+    plan = CpuPlan(kiln.trace(shift, y).graph)
+    # np.multiply(d[:-1], 2, out=d[1:]): NumPy buffers overlapping operands, so the result
+    # is the assignment's
+    assert re.search(r"out=v\d+\[k\d+\]", plan.source), plan.source
+    np.testing.assert_array_equal(plan.run_arrays([y])[0], shift(y))
+
+
+def test_a_buffer_read_before_the_write_keeps_its_old_contents():
+    def fill(y):
+        d = np.ones_like(y)
+        u = np.exp(y[1:])
+        s = d * 3.0  # reads d before the write below
+        d[1:] = u
+        return d, s
+
+    y = np.linspace(-1, 1, 10_000)
+    plan = CpuPlan(kiln.trace(fill, y).graph)
+    assert "out=" not in plan.source  # the exp waits in its own buffer
+    for got, expected in zip(plan.run_arrays([y]), fill(y)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_box_update_that_broadcasts_is_not_computed_in_place():
+    def fill(y):
+        d = np.zeros((8, 5000))
+        d[2:4] = np.sin(y)  # (5000,) broadcast over two rows
+        return d
+
+    y = np.linspace(0, 3, 5000)
+    plan = _plan(fill, y)
+    np.testing.assert_array_equal(plan.run_arrays([y])[0], fill(y))

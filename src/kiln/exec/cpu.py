@@ -315,6 +315,11 @@ class _PlanWriter:
         self.input_names = [f"x{i}" for i in range(len(graph.input_values))]
         self.sizes: dict[str, str] = {}  # a symbolic size -> where the run reads it
         self.sized: set[str] = set()  # the locals computed from sizes (_from_sizes)
+        # kiln.SliceUpdate nodes (by id) whose update a ufunc computed in the box of their
+        # data's buffer (_update_target) -> that buffer's value
+        self.updated: dict[int, Value] = {}
+        self.box_chain: dict[int, str] = {}  # later ufunc steps of such a chain -> the box
+        self.in_box: set[int] = set()  # the values (by id) those steps computed there
         for name, v in zip(self.input_names, graph.input_values):
             self.names[id(v)] = name
             for axis, d in enumerate(v.shape):
@@ -500,6 +505,79 @@ class _PlanWriter:
                             pending.append(w)
         return False
 
+    def _reads(self, x: Value) -> set[int]:
+        """The steps reading ``x`` or a view of it (through steps that return views)."""
+        found: set[int] = set()
+        pending, seen = [x], {id(x)}
+        while pending:
+            v = pending.pop()
+            for r in self.readers.get(id(v), ()):
+                found.add(r)
+                reader = self.graph.nodes[r]
+                if _choose(reader).returns_view:
+                    for w in reader.outputs:
+                        if id(w) not in seen:
+                            seen.add(id(w))
+                            pending.append(w)
+        return found
+
+    def _update_target(self, node: Node, index: int) -> str | None:
+        """``out=`` for a large ufunc result whose one reader is a ``kiln.SliceUpdate`` writing
+        it into a box of a buffer this run allocated (``d[1:-1] = (y[2:] - y[:-2]) / h``): the
+        box itself, as NumPy's assignment does, instead of a buffer of its own copied there.
+        Only where that write may happen in place (nothing reads the old contents at or after
+        it) and may happen now (no step in between reads the buffer); the box is known at plan
+        time and has the result's dtype and shape exactly (no broadcast)."""
+        placed = self.box_chain.pop(id(node), None)
+        if placed is not None:  # a later step of a chain computed in the box
+            self.in_box.add(id(node.outputs[0]))
+            return placed
+        if len(node.outputs) != 1:
+            return None
+        made = node.outputs[0]
+        chain: list[Node] = []  # the steps after this one computing in the box, in order
+        while True:
+            readers = self.readers.get(id(made), [])
+            if id(made) in self.outputs or len(readers) != 1 or not _large(made):
+                return None
+            at = readers[0]
+            write = self.graph.nodes[at]
+            if write.op == "kiln.SliceUpdate":
+                break
+            # An elementwise ufunc step of the same dtype and shape reading it: computed in
+            # the box too (NumPy's ufuncs take an output that is one of their inputs).
+            if len(write.outputs) != 1 or _choose(write).ufunc is None:
+                return None
+            nxt = write.outputs[0]
+            if nxt.dtype != made.dtype or tuple(nxt.shape) != tuple(made.shape):
+                return None
+            chain.append(write)
+            made = nxt
+        data = write.inputs[0]
+        if write.op != "kiln.SliceUpdate" or write.inputs[1] is not made or data is None:
+            return None
+        if id(data) not in self.names or data.dtype != made.dtype or not _static(data.shape):
+            return None
+        box = known_box(data, write.inputs[2:])
+        stand_in = np.broadcast_to(np.zeros((), data.dtype), tuple(data.shape))
+        if box is None or stand_in[box].shape != tuple(made.shape):
+            return None
+        base = self._fresh_base(data)
+        if base is None or id(base) in self.outputs or id(base) in self.donors:
+            return None
+        if self.buffer.get(id(base), id(base)) in self.donors:
+            return None
+        if not self._keeps(base, write.outputs[0]):
+            return None
+        if any(index < r != at for r in self._reads(base)):
+            return None  # read between here and the write, or the old contents after it
+        self.updated[id(write)] = base
+        target = f"{self.names[id(data)]}[{self.bind(box, 'k')}]"
+        for step in chain:
+            self.box_chain[id(step)] = target
+        self.in_box.add(id(node.outputs[0]))
+        return target
+
     def bind(self, obj: Any, prefix: str) -> str:
         """A new name for ``obj`` in the generated code."""
         name = f"{prefix}{len(self.binds)}"
@@ -513,6 +591,18 @@ class _PlanWriter:
             for v, data in zip(node.outputs, folded):
                 self.known[id(v)] = data
                 self.names[id(v)] = self.bind(data, "c")
+            return
+        base = self.updated.get(id(node))
+        if base is not None and id(node.inputs[1]) in self.in_box:
+            # Its update was computed in the box already (_update_target).
+            out = node.outputs[0]
+            name = self.names[id(out)] = f"v{self.locals}"
+            self.locals += 1
+            self.lines.append(f"{name} = {self.names[id(node.inputs[0])]}")
+            self.fresh.add(id(out))
+            self.allocated.add(id(out))
+            self._wrote(index, out, base)
+            self._release(index, node)
             return
         if node.op in _WRITES and _in_place_fits(node) and self._overwritable(node, index):
             self._scatter_in_place(index, node)
@@ -535,8 +625,10 @@ class _PlanWriter:
             out_names.append(f"v{self.locals}")
             self.names[id(v)] = f"v{self.locals}"
             self.locals += 1
-        target = self._reuse_target(node, index, call)
         into_concat = self._concat_target(node) if call.ufunc is not None else None
+        if into_concat is None and call.ufunc is not None:
+            into_concat = self._update_target(node, index)  # (also a box of a buffer)
+        target = None if into_concat is not None else self._reuse_target(node, index, call)
         if into_concat is not None:
             text = text[:-1] + f", out={into_concat})"
         elif target is not None:
