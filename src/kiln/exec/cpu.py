@@ -49,6 +49,7 @@ from ..ir.rewrite import can_raise
 from ..ops.control import bind_subgraphs, has_subgraphs
 from ..ops.dispatch import as_outputs
 from ..ops.folding import FOLDING_LIMITS
+from ..ops.reduce import topk_values
 from ..ops.registry import (
     ELEMENTWISE,
     PURE,
@@ -612,7 +613,7 @@ class _PlanWriter:
         if node.op == "Concat" and self._concat_into(index, node):
             return
         sized = self._from_sizes(node)
-        call = sized or _choose(node)
+        call = sized or self._values_only(node) or _choose(node)
         if has_subgraphs(node.opdef):  # If/Loop/Scan: each subgraph planned once, here
             attrs = node.opdef.bind_attrs(node.attrs)
             kernel = bind_subgraphs(node.op, attrs, _compile_subgraph)
@@ -643,6 +644,18 @@ class _PlanWriter:
             self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
             self.allocated.update(id(v) for v in node.outputs)
         self._release(index, node)
+
+    def _values_only(self, node: Node) -> KernelCall | None:
+        """A ``TopK`` whose indices nothing reads (``np.median``, ``np.percentile``, a sort of
+        values): the values alone (:func:`~kiln.ops.reduce.topk_values`, NumPy's value sort),
+        the indices left ``None``."""
+        if node.op != "TopK" or len(node.outputs) != 2:
+            return None
+        indices = node.outputs[1]
+        if id(indices) in self.outputs or self.readers.get(id(indices)):
+            return None
+        attrs = node.opdef.bind_attrs(node.attrs)
+        return KernelCall("({b0}({0}, {1}, **{b1}), None)", (topk_values, attrs))
 
     def _from_sizes(self, node: Node) -> KernelCall | None:
         """``node`` computed from the inputs' sizes, where its recorded types say how: a small

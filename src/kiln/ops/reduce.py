@@ -51,7 +51,13 @@ from .registry import (
 from .rules import FLOATS, NUMERIC, normalize_axis, require, require_dtype
 from .sampling import sample_array
 
-__all__ = ["reduce_axes", "reduced_shape", "ACCUMULATE_DTYPES", "ORDERED_DTYPES"]
+__all__ = [
+    "reduce_axes",
+    "reduced_shape",
+    "topk_values",
+    "ACCUMULATE_DTYPES",
+    "ORDERED_DTYPES",
+]
 
 # ONNX's type constraint of ReduceSum/Mean/Prod/L1/L2/SumSquare/LogSum/LogSumExp and CumSum.
 ACCUMULATE_DTYPES = FLOATS | {dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64}
@@ -937,6 +943,30 @@ def _topk_kernel(
     indices = np.take(order, np.arange(count), axis=ax).astype(np.int64)
     values = np.take_along_axis(x, indices, axis=ax)
     return values, indices
+
+
+def topk_values(
+    x: np.ndarray, k: np.ndarray, *, axis: int = -1, largest: int = 1, sorted: int = 1
+) -> np.ndarray:
+    """TopK's values alone, for a graph that never reads the indices: NumPy's (unstable,
+    faster) value sort, which gives the stable sort's values bit for bit unless two equal
+    values can be told apart (a NaN, or zeros of both signs in the input: then the kernel's
+    stable order decides)."""
+    count = int(np.asarray(k).reshape(-1)[0])
+    ax = axis % x.ndim
+    if not 0 <= count <= x.shape[ax] or x.dtype.kind == "c":
+        return _topk_kernel(x, k, axis=axis, largest=largest, sorted=sorted)[0]  # (raises)
+    data = _native(x)
+    if data.dtype.kind == "f":
+        zeros = data == 0
+        signs = np.signbit(data[zeros]) if zeros.any() else None
+        if (signs is not None and signs.any() and not signs.all()) or np.isnan(data).any():
+            return _topk_kernel(x, k, axis=axis, largest=largest, sorted=sorted)[0]
+    ordered = np.sort(data, axis=ax)
+    if largest:
+        ordered = np.flip(ordered, axis=ax)
+    values = ordered[(slice(None),) * ax + (slice(0, count),)]
+    return np.ascontiguousarray(values).astype(x.dtype, copy=False)
 
 
 def _topk_reference(
