@@ -321,6 +321,7 @@ class _PlanWriter:
         self.updated: dict[int, Value] = {}
         self.box_chain: dict[int, str] = {}  # later ufunc steps of such a chain -> the box
         self.in_box: set[int] = set()  # the values (by id) those steps computed there
+        self.cast_away: dict[int, Value] = {}  # bool->int casts only a count reads (_counted)
         for name, v in zip(self.input_names, graph.input_values):
             self.names[id(v)] = name
             for axis, d in enumerate(v.shape):
@@ -610,6 +611,8 @@ class _PlanWriter:
             return
         if node.op == "ReduceSumSquare" and self._square_in_place(index, node):
             return
+        if self._counted(index, node):
+            return
         if node.op == "Concat" and self._concat_into(index, node):
             return
         sized = self._from_sizes(node)
@@ -644,6 +647,72 @@ class _PlanWriter:
             self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
             self.allocated.update(id(v) for v in node.outputs)
         self._release(index, node)
+
+    def _counted(self, index: int, node: Node) -> bool:
+        """A sum of a boolean array cast to integers (``np.sum(b == k)``: ONNX's ReduceSum
+        takes no bool) is NumPy's ``count_nonzero`` of the booleans, without the integer
+        array. The Cast writes nothing when the ReduceSum is its one reader; the ReduceSum
+        counts. Integer sums (wrapping as the count's cast does) and float64 ones (exact
+        below 2**53) only."""
+        if node.op == "Cast":
+            if self._count_axes(node) is not None:
+                self.cast_away[id(node.outputs[0])] = node.inputs[0]  # type: ignore[assignment]
+                self.names[id(node.outputs[0])] = "None"  # never computed
+                return True
+            return False
+        if node.op != "ReduceSum" or node.inputs[0] is None:
+            return False
+        booleans = self.cast_away.get(id(node.inputs[0]))
+        if booleans is None:
+            return False
+        axes, keepdims = self._reduce_axes(node)  # type: ignore[misc]
+        out = node.outputs[0]
+        name = f"v{self.locals}"
+        self.locals += 1
+        self.names[id(out)] = name
+        fn = self.bind(count_true, "k")
+        args = f"{self.names[id(booleans)]}, {self.bind(axes, 'k')}, {keepdims}"
+        self.lines.append(f"{name} = {fn}({args}, {self.bind(out.dtype, 'k')})")
+        self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
+        self.allocated.add(id(out))
+        self._release(index, node)
+        cast = self.producer[id(node.inputs[0])]
+        if self.last_use.get(id(booleans)) == self.graph.nodes.index(cast):
+            free = self.names[id(booleans)]  # read last by the cast: released now
+            if free.startswith("v") and id(booleans) not in self.outputs and _releasable(booleans):
+                self.lines.append(f"del {free}")
+        return True
+
+    def _count_axes(self, cast: Node) -> tuple[int, ...] | None:
+        """The axes a ReduceSum sums ``cast``'s booleans over, when it is the cast's one
+        reader and the cast is from bool to an integer or float64; else None."""
+        x, out = cast.inputs[0], cast.outputs[0]
+        if x is None or x.dtype != np.bool_ or id(out) in self.outputs:
+            return None
+        if out.dtype.kind not in "iu" and out.dtype != np.float64:
+            return None
+        readers = self.readers.get(id(out), [])
+        if len(readers) != 1:
+            return None
+        reduce = self.graph.nodes[readers[0]]
+        if reduce.op != "ReduceSum" or reduce.inputs[0] is not out:
+            return None
+        found = self._reduce_axes(reduce)
+        return None if found is None else found[0]
+
+    def _reduce_axes(self, node: Node) -> tuple[tuple[int, ...], bool] | None:
+        """A ReduceSum's axes (normalized) and keepdims, known at plan time; None when they
+        are computed at run time or the sum reduces nothing (empty axes, no-op)."""
+        attrs = node.opdef.bind_attrs(node.attrs)
+        ndim = len(node.inputs[0].shape)  # type: ignore[union-attr]
+        given = node.inputs[1] if len(node.inputs) > 1 else None
+        known = () if given is None else given.type.value
+        if known is None or not ndim or not all(isinstance(a, int) for a in known):
+            return None
+        if not known:  # no axes: every axis, or none at all (no-op)
+            every = tuple(range(ndim))
+            return None if attrs["noop_with_empty_axes"] else (every, bool(attrs["keepdims"]))
+        return tuple(sorted({int(a) % ndim for a in known})), bool(attrs["keepdims"])
 
     def _values_only(self, node: Node) -> KernelCall | None:
         """A ``TopK`` whose indices nothing reads (``np.median``, ``np.percentile``, a sort of
@@ -926,6 +995,12 @@ class _PlanWriter:
         binds["_errvar"] = _errvar
         binds["_errstate"] = np.errstate
         return _run_source(self.input_names, self.lines, result, list(binds)), binds
+
+
+def count_true(b: np.ndarray, axes: tuple[int, ...], keepdims: bool, dtype: np.dtype) -> np.ndarray:
+    """The number of true elements of ``b`` over ``axes``, as ``dtype`` (ReduceSum of the
+    booleans cast to ``dtype``, bit for bit)."""
+    return np.asarray(np.count_nonzero(b, axis=axes, keepdims=keepdims)).astype(dtype)
 
 
 def _where_into(cond: np.ndarray, values: np.ndarray, data: np.ndarray) -> np.ndarray:
