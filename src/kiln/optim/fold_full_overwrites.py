@@ -24,15 +24,51 @@ from .transform import DefaultsOptions, transform
 __all__ = ["fold_full_overwrites"]
 
 
-def _fold(writes: ConstantWrites, builder: GraphBuilder, output: bool) -> Value | None:
+def _reordered_parts(concat: Node | None, order: np.ndarray) -> list[Value] | None:
+    """The parts of ``concat`` (along axis 0) in the order that lists its rows as ``order``
+    does, when ``order`` takes each part whole and in its own order (``d[1:-1] = ...;
+    d[0] = ...; d[-1] = ...`` made the rows ``[middle, first, last]``); else None."""
+    if concat is None or concat.op != "Concat" or concat.attrs.get("axis") != 0:
+        return None
+    starts: dict[int, tuple[int, Value]] = {}
+    offset = 0
+    for part in concat.inputs:
+        if part is None or not part.shape or not isinstance(part.shape[0], int):
+            return None
+        starts[offset] = (part.shape[0], part)
+        offset += part.shape[0]
+    if offset != len(order):
+        return None
+    parts, i = [], 0
+    while i < len(order):
+        found = starts.pop(int(order[i]), None)
+        if found is None:
+            return None
+        count, part = found
+        if count == 0 or not np.array_equal(
+            order[i : i + count], np.arange(order[i], order[i] + count)
+        ):
+            return None
+        parts.append(part)
+        i += count
+    return parts if not starts else None
+
+
+def _fold(
+    writes: ConstantWrites, builder: GraphBuilder, output: bool, producer: dict[int, Node]
+) -> Value | None:
     """Add the nodes computing ``writes.node``'s output from its updates alone; returns the
     value standing for it when no node defines it (the rows are already its shape)."""
     kept = last_writes(writes.positions)
     order = kept[np.argsort(writes.positions[kept], kind="stable")]
     rows = update_rows(builder, writes)
     if not np.array_equal(order, np.arange(len(writes.positions))):
-        select = builder.add_constant(order, hint="rows")
-        (rows,) = builder.add("Gather", [rows, select], {"axis": 0})
+        parts = _reordered_parts(producer.get(id(rows)), order)
+        if parts is not None:  # whole parts of a Concat, in another order: concatenated so
+            (rows,) = builder.add("Concat", parts, {"axis": 0})
+        else:
+            select = builder.add_constant(order, hint="rows")
+            (rows,) = builder.add("Gather", [rows, select], {"axis": 0})
     result = writes.node.outputs[0]
     if rows.shape == result.shape and not output:
         return rows
@@ -54,6 +90,7 @@ def fold_full_overwrites(graph: ModelGraph, options: DefaultsOptions) -> tuple[M
     if not full:
         return graph, 0
     outputs = {id(v) for v in graph.output_values}
+    producer = {id(v): node for node in graph.nodes for v in node.outputs}
     builder = GraphBuilder(graph.name_scope())
     replacements: dict[str, tuple[Node, ...]] = {}
     forwards: dict[int, Value] = {}
@@ -61,7 +98,7 @@ def fold_full_overwrites(graph: ModelGraph, options: DefaultsOptions) -> tuple[M
         before = len(builder.nodes)
         builder.source = writes.node.source
         result = writes.node.outputs[0]
-        same = _fold(writes, builder, id(result) in outputs)
+        same = _fold(writes, builder, id(result) in outputs, producer)
         if same is not None:
             forwards[id(result)] = same
         replacements[writes.node.name] = builder.nodes[before:]
