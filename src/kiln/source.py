@@ -11,6 +11,11 @@ _KILN_DIR = os.path.dirname(os.path.abspath(__file__))
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 _NUMPY_DIR: str | None = None
 _INSIDE: dict[str, bool] = {}  # file name -> inside kiln, NumPy or the stdlib
+# (id(code), instruction offset) -> (code, its text): the tracer asks at every operator it
+# records, and an unrolled loop asks from the same few instructions (finding the line number
+# and formatting it cost more than the walk). The code object is kept to check the id.
+_TEXT: dict[tuple[int, int], tuple[object, str]] = {}
+_TEXT_LIMIT = 1 << 14
 
 
 def _numpy_dir() -> str:
@@ -39,7 +44,16 @@ def user_source() -> str:
                 filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
             )
         if not inside:
-            return f"{filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+            code = frame.f_code
+            key = (id(code), frame.f_lasti)
+            known = _TEXT.get(key)
+            if known is not None and known[0] is code:
+                return known[1]
+            text = f"{filename}:{frame.f_lineno} ({code.co_name})"
+            if len(_TEXT) >= _TEXT_LIMIT:
+                _TEXT.clear()
+            _TEXT[key] = (code, text)
+            return text
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"
 

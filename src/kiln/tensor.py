@@ -777,10 +777,12 @@ def _full(
     validated with the operator's ``infer`` and run with its kernel."""
     opdef = op if isinstance(op, OpDef) else get_op(op)
     bound = opdef.bind_attrs(attrs)
-    opdef.check_arity(len(inputs))
     handler = handler_now()
     if handler is not None:
+        # The tracer checks the arity where it runs ``infer`` (a call it remembers from
+        # before, on the same input types, was checked then): once per distinct call.
         return handler.apply(opdef, inputs, bound)
+    opdef.check_arity(len(inputs))
     if _recording is not None:
         _spoil()  # an op call the eager cache did not serve: no plan can replay it
     types = [None if t is None else t.type for t in inputs]
@@ -826,7 +828,15 @@ def call(op: str | OpDef, *inputs: Tensor | None, **attrs: Any) -> Tensor:
         [0.0, 2.0]
     """
     outputs: Sequence[Any] | None = None
-    if EAGER_CACHE and handler_now() is None:
+    handler = handler_now()
+    if handler is not None:
+        # Recording (issue 13: every op of an unrolled loop comes here): _full's handler
+        # branch, one call shallower.
+        opdef = op if isinstance(op, OpDef) else get_op(op)
+        outputs = handler.apply(
+            opdef, inputs, opdef.bind_attrs(attrs) if attrs or opdef.attrs else {}
+        )
+    elif EAGER_CACHE:
         outputs = _eager_arrays(op, inputs, attrs)
         if outputs is not None and len(outputs) == 1:
             t = _new_tensor(Tensor)  # Tensor._wrap, inlined: the hot path of every eager op

@@ -106,3 +106,158 @@ def test_remembered_inference_still_refuses_a_bad_call():
     b.add("Exp", [y])
     with pytest.raises(kiln.errors.OpArgumentError):
         b.add("Exp", [y, y])
+
+
+# -- per-op recording cost (issue 13 item 1): what the hot path remembers ------------------
+
+
+def _ops_and_constants(graph):
+    nodes = [(n.op, tuple(v.name for v in n.inputs if v is not None)) for n in graph.nodes]
+    constants = {
+        c.value.name: (c.data.dtype, c.data.shape, c.data.tobytes()) for c in graph.constants
+    }
+    return nodes, constants
+
+
+@pytest.mark.parametrize(
+    "index",
+    [1, -1, (2, 0), (slice(1, 3),), (slice(None, None, -2), 1), (0, slice(-2, None)), ()],
+)
+def test_the_basic_index_fast_path_records_what_the_general_path_records(index):
+    x = np.arange(24.0).reshape(4, 6)
+    items = index if isinstance(index, tuple) else (index,)
+    fast = kiln.trace(lambda x: x[index], x).graph
+    general = kiln.trace(lambda x: x[(*items, Ellipsis)], x).graph  # ``...``: the general path
+    assert _ops_and_constants(fast) == _ops_and_constants(general)
+    assert_close(kiln.asarray(x)[index].numpy(), x[index])
+
+
+def test_the_basic_index_fast_path_raises_numpys_errors():
+    x = kiln.asarray(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[2]
+    with pytest.raises(IndexError, match="too many indices"):
+        x[0, 0, 0]
+    with pytest.raises(ValueError, match="slice step cannot be zero"):
+        x[::0]
+    with pytest.raises(IndexError, match="out of bounds"):
+        kiln.trace(lambda x: x[0, -4], np.zeros((2, 3)))
+
+
+def test_shared_int_vectors_are_read_only_and_one_constant_per_contents():
+    from kiln.functions.operands import int_vector
+
+    v = int_vector((3, 4))
+    assert v is int_vector((3, 4)) and not v.numpy().flags.writeable
+    assert v.dtype == np.int64 and v.shape == (2,)
+
+    def rows(x):  # every x[k] slices with bounds of the same few contents
+        return [x[k % 2] for k in range(6)]
+
+    graph = kiln.trace(rows, np.ones((2, 3))).graph
+    contents = [(c.data.shape, c.data.tobytes()) for c in graph.constants]
+    assert len(contents) == len(set(contents))  # one constant per contents
+
+
+def test_a_loop_of_remembered_calls_matches_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 3))
+
+    def f(x):
+        D = np.zeros((6, 6))
+        for i in range(6):
+            for j in range(6):
+                D[i, j] = np.sqrt(np.sum((x[i] - x[j]) ** 2))
+        return D
+
+    expected = f(x)
+    traced = _finalized(kiln.trace(f, x))
+    assert_close(traced(x), expected)
+    compiled = kiln.compile(f)
+    for k in range(2):
+        assert_close(compiled(x + k), f(x + k))
+
+
+def test_a_float_attribute_zero_keeps_its_sign_across_remembered_calls():
+    x = np.array([-1.0, 0.0, 2.0])
+
+    def f(x):
+        out = []
+        for alpha in (0.0, -0.0, 0.0, -0.0):  # LeakyRelu's slope: 0.0 and -0.0 share a key
+            out.append(kiln.nn.leaky_relu(x, negative_slope=alpha))
+        return out
+
+    got = [np.asarray(t) for t in _finalized(kiln.trace(f, x))(x)]
+    for g, alpha in zip(got, (0.0, -0.0, 0.0, -0.0)):
+        want = np.where(x >= 0, x, x * alpha)
+        assert np.array_equal(np.signbit(g), np.signbit(want)) and np.array_equal(g, want)
+
+
+def test_a_wrong_arity_is_refused_inside_a_trace_too():
+    from kiln.tensor import call
+
+    x = kiln.asarray(np.ones(3))
+    with pytest.raises(kiln.errors.OpArgumentError):
+        call("Relu", x, x)
+
+    def twice(x):
+        call("Relu", x)
+        return call("Relu", x, x)
+
+    with pytest.raises(kiln.errors.OpArgumentError):
+        kiln.trace(twice, np.ones(3))
+
+
+def test_kernel_templates_are_compiled_once_and_bind_their_own_objects():
+    from kiln.ops.dispatch import _compile_call
+    from kiln.ops.registry import KernelCall
+
+    a = np.arange(10)
+    first = _compile_call(KernelCall("{0}[{b0}]", ((slice(1, 3),),)), 1)
+    second = _compile_call(KernelCall("{0}[{b0}]", ((slice(5, 9, 2),),)), 1)
+    assert first(a).tolist() == [1, 2] and second(a).tolist() == [5, 7]
+
+
+def test_a_source_line_is_the_line_of_each_call():
+    from kiln.source import user_source
+
+    lines = [user_source() for _ in range(2)]
+    other = user_source()
+    assert lines[0] == lines[1] and lines[0] != other
+    assert lines[0].split(":")[1] != other.split(":")[1]
+
+
+def test_recording_freezes_old_objects_only_while_it_runs():
+    import gc
+
+    from kiln.capture.trace import old_objects_frozen
+
+    assert gc.get_freeze_count() == 0
+    seen = []
+
+    def f(x):
+        seen.append(gc.get_freeze_count() > 0)
+        return x + 1.0
+
+    kiln.trace(f, np.ones(2))
+    assert seen == [True] and gc.get_freeze_count() == 0
+
+    def fails(x):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        kiln.trace(fails, np.ones(2))
+    assert gc.get_freeze_count() == 0
+    with old_objects_frozen():
+        with old_objects_frozen():
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # an application's own frozen objects stay frozen
+    try:
+        count = gc.get_freeze_count()
+        with old_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == count
+    finally:
+        gc.unfreeze()

@@ -40,7 +40,7 @@ from .randomness import Draws, RecordingGenerator, is_generator, recording_draws
 from .replay import Capture, Replay, Runner, ValueGuard
 from .scalars import TracedFloat, standin
 from .signature import CallSignature, CapturedInputs, DriftAxes
-from .trace import InputSlot, Tracer, TraceRef, plan_inputs, record
+from .trace import InputSlot, Tracer, TraceRef, old_objects_frozen, plan_inputs, record
 from .traced import _Outputs, output_leaves
 
 __all__ = ["CaptureOptions", "record_capture", "MAX_SPECIALIZATIONS"]
@@ -98,6 +98,7 @@ class _CaptureTracer(Tracer):
             self.eager = True
         if not self.eager:
             return super().apply(op, inputs, attrs)
+        op.check_arity(len(inputs))
         if attrs and any(type(v) is TracedFloat for v in attrs.values()):
             attrs = {k: float(v) if type(v) is TracedFloat else v for k, v in attrs.items()}
         arrays = [None if t is None else t._data for t in inputs]
@@ -175,6 +176,19 @@ def record_capture(
         InputMismatchError: The call does not fit the options' signature, or ``output_names``
             does not fit the result.
     """
+    # Recording, optimizing and planning allocate a few objects per node: the garbage
+    # collector's full passes skip the process's older objects meanwhile (see
+    # kiln.capture.trace.old_objects_frozen).
+    with old_objects_frozen():
+        return _record_capture(target, signature, options, drift)
+
+
+def _record_capture(
+    target: Callable[..., Any],
+    signature: CallSignature,
+    options: CaptureOptions,
+    drift: DriftAxes,
+) -> tuple[Any, Capture]:
     slots = _plan_slots(target, signature, options, drift)
     tracer = _CaptureTracer(options.fullgraph, (options.defaults or DefaultsOptions()).max_nodes)
     leaves = signature.leaves

@@ -15,20 +15,25 @@ input the first time an operator uses it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import inspect
+import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import CaptureError, InputMismatchError, KilnError, UnsupportedOperationError
-from ..ir.builder import GraphBuilder
+from ..functions.inplace import NoValues
+from ..functions.operands import SHARED_CONSTANT_IDS
+from ..ir.builder import GraphBuilder, infer_key
 from ..ir.graph import ModelGraph, NameScope, Node, Value
 from ..ir.rewrite import can_raise
-from ..ops.dispatch import handler_scope, run_kernel
-from ..ops.registry import ELEMENTWISE, PURE, VIEW, OpDef, TensorType
+from ..ops.dispatch import as_outputs, eager_kernel, handler_scope, run_kernel, run_quiet
+from ..ops.registry import ELEMENTWISE, PURE, OpDef, TensorType
 from ..source import user_source
 from ..spec import TensorSpec, check_dynamic_axes_refer
 from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
@@ -37,7 +42,7 @@ from .numpy_creation import numpy_creation
 from .scalars import TracedFloat
 from .views import Storage, View, reread, root_of, stale_views, written
 
-__all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record"]
+__all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record", "old_objects_frozen"]
 
 # NumPy's own np.array: while a capture runs, the numpy module's is routed
 # (kiln.capture.numpy_creation), and kiln's calls would each pay the routing's checks.
@@ -58,6 +63,76 @@ class TraceRef:
     tracer: Tracer
     value: Value
     view: View | None = None
+
+
+_KNOWN_LIMIT = 4096  # Tracer._known's entries (emptied when full)
+
+
+class _Known:
+    """A call :meth:`Tracer.apply` recorded before on static input types: the output types
+    ``infer`` gave, the bound attributes, and, once the call comes again, the kernel to run
+    on the inputs' arrays (``eager_kernel``'s, as the NumPy engine and the eager door run it,
+    chosen from the full input types: the key holds every content they carry)."""
+
+    __slots__ = ("op", "in_types", "types", "bound", "call_attrs", "kernel", "fresh", "quiet")
+
+    def __init__(
+        self,
+        op: OpDef,
+        in_types: tuple[TensorType | None, ...],
+        types: tuple[TensorType, ...],
+        bound: dict[str, Any],
+        call_attrs: dict[str, Any],
+    ) -> None:
+        self.op = op
+        self.in_types = in_types
+        self.types = types
+        self.bound = bound  # the node's attributes
+        self.call_attrs = call_attrs  # as the kernel takes them
+        self.kernel: Callable[..., Any] | None = None
+        self.fresh = False
+        self.quiet = True
+
+    def run(self, arrays: Sequence[np.ndarray | None]) -> Sequence[np.ndarray] | None:
+        """The kernel's results (aliasing as NumPy's do), or None when it raises (the
+        registry kernel then runs, and raises the operator's own error)."""
+        kernel = self.kernel
+        op = self.op
+        if kernel is _NO_KERNEL:
+            return None
+        try:
+            if kernel is None:
+                self.kernel = _NO_KERNEL  # (until eager_kernel gives one)
+                kernel = self.kernel = eager_kernel(op, self.in_types, self.types, self.call_attrs)
+                # A view's results alias as NumPy's views do, and a ufunc's are new arrays:
+                # neither needs fresh_outputs' check. A view only moves data: no
+                # floating-point state to set.
+                self.fresh = op.is_view or isinstance(kernel, np.ufunc)
+                self.quiet = not op.is_view
+            if self.quiet:
+                results: Sequence[np.ndarray] = run_quiet(kernel, arrays)
+            else:
+                results = as_outputs(kernel(*arrays))
+        except Exception:
+            return None
+        return results if self.fresh else fresh_outputs(op, arrays, results)
+
+
+def _no_kernel(*arrays: Any) -> Any:
+    raise AssertionError("never called: _Known.run returns None first")
+
+
+_NO_KERNEL: Callable[..., Any] = _no_kernel  # a _Known whose eager_kernel raised
+
+
+def _keyable(value: Any) -> bool:
+    """Whether ``value`` in a key tells apart every attribute value that computes
+    differently: not a float zero (``-0.0 == 0.0``) nor a NaN (never equal to itself)."""
+    if isinstance(value, (float, np.floating)):
+        return value != 0.0 and value == value
+    if isinstance(value, tuple):
+        return all(_keyable(v) for v in value)
+    return True
 
 
 def _pinned(guards: Sequence[ShapeGuard]) -> set[str]:
@@ -81,6 +156,9 @@ class Tracer:
         self._constant_of: dict[int, tuple[Tensor, Value]] = {}  # id(tensor) -> (tensor, value)
         # (dtype, shape, bytes) -> the constant holding them, for small copied constants
         self._small_constants: dict[tuple[Any, ...], Value] = {}
+        self._known: dict[tuple[Any, ...], _Known] = {}  # Tracer.apply's calls by infer_key
+        # Whether value_of is this class's (apply then finds known constants itself).
+        self._plain_value_of = type(self).value_of is Tracer.value_of
         self._symbol_source: dict[str, tuple[Tensor, int]] = {}  # symbol -> (tensor, axis)
         self._size_tensors: dict[Dim, Tensor] = {}
         # Dynamic sizes an operation forced to one value: (symbol, size, message).
@@ -176,16 +254,18 @@ class Tracer:
             return value
         data = t._data
         key = None
-        if data.flags.writeable:  # a write after this must not change the graph's constant
-            if data.size <= _SHARED_CONSTANT_SIZE:
-                # A small constant the function or kiln made (a scalar operand, a slice's
-                # bounds, an axis): one graph constant per contents, as CSE would merge them,
-                # instead of one per op of an unrolled loop.
-                key = (data.dtype, data.shape, data.tobytes())
-                shared = self._small_constants.get(key)
-                if shared is not None:
-                    self._constant_of[id(t)] = (t, shared)
-                    return shared
+        writeable = data.flags.writeable
+        if data.size <= _SHARED_CONSTANT_SIZE and (writeable or id(t) in SHARED_CONSTANT_IDS):
+            # A small constant the function or kiln made (a scalar operand, a slice's bounds,
+            # an axis; kiln's shared read-only int vectors, functions.operands.int_vector,
+            # too): one graph constant per contents, as CSE would merge them, instead of one
+            # per op of an unrolled loop. (Another read-only array keeps its own memory.)
+            key = (data.dtype, data.shape, data.tobytes())
+            shared = self._small_constants.get(key)
+            if shared is not None:
+                self._constant_of[id(t)] = (t, shared)
+                return shared
+        if writeable:  # a write after this must not change the graph's constant
             data = _np_array(data)
             data.flags.writeable = False
         value = self.builder.add_constant(data)
@@ -220,8 +300,6 @@ class Tracer:
         Only arrays this trace owns are recorded: an input, an operator's result, or a view
         of one. A write into anything else (a closure or global array, a constant) cannot be
         replayed: :meth:`unsupported` decides (a compile capture serves the call eagerly)."""
-        from ..functions.inplace import NoValues
-
         root, _ = root_of(t)
         owner = root._trace
         owned = isinstance(owner, TraceRef) and owner.tracer is self
@@ -344,6 +422,7 @@ class Tracer:
         # an input this trace recorded, not a stale view, is its graph value as it is.
         in_list: list[Value | None] = []
         arrays: list[np.ndarray | None] | None = [] if self.compute else None
+        constants = self._constant_of if self._plain_value_of else None
         for t in inputs:
             if t is None:
                 in_list.append(None)
@@ -353,6 +432,9 @@ class Tracer:
             ref = t._trace
             if type(ref) is TraceRef and ref.tracer is self and ref.view is None:
                 in_list.append(ref.value)
+            elif ref is None and constants is not None:
+                known_constant = constants.get(id(t))  # a constant this trace has already
+                in_list.append(self.value_of(t) if known_constant is None else known_constant[1])
             else:
                 in_list.append(self.value_of(t))
             if arrays is not None:
@@ -365,45 +447,115 @@ class Tracer:
         if attrs and any(type(v) is TracedFloat for v in attrs.values()):
             # A float argument made a graph input, given as an attribute: read on the host.
             attrs = {k: float(v) if type(v) is TracedFloat else v for k, v in attrs.items()}
-        outs = self.builder.add(op, in_values, attrs, source=user_source())
-        out_types = [v.type for v in outs]
-        static = True  # every output size an int (no symbolic size to note or compare)
-        for ttype in out_types:
-            for d in ttype.shape:
-                if type(d) is not int:
-                    static = False
+        source = user_source()
+        # A call on static types this trace recorded before (an unrolled loop's body): the
+        # output types infer gave then, and the kernel chosen for them once.
+        key = infer_key(op, [None if v is None else v.type for v in in_values], attrs)
+        known: _Known | None = None
+        if key is not None:
+            try:
+                known = self._known.get(key)
+            except TypeError:  # an attribute that is not hashable (an array)
+                key = None
+        if known is not None and known.op is op:
+            out_types = known.types
+            outs = self.builder.add_typed(op, in_values, dict(known.bound), out_types, source)
+            static = True
+        elif key is not None:
+            # Static input types not seen yet: infer here (the builder's own memo would only
+            # hold what _known holds), then the node as the builder adds it.
+            bound = op.bind_attrs(attrs)
+            op.check_arity(len(in_values))
+            out_types = tuple(op.infer([None if v is None else v.type for v in in_values], bound))
+            static = True  # every output size an int (no symbolic size to note or compare)
+            for ttype in out_types:
+                for d in ttype.shape:
+                    if type(d) is not int:
+                        static = False
+            outs = self.builder.add_typed(op, in_values, bound, out_types, source)
+            if static:
+                self._remember(key, op, in_values, out_types, bound, attrs)
+        else:
+            outs = self.builder.add(op, in_values, attrs, source=source)
+            out_types = tuple([v.type for v in outs])
+            static = True
+            for ttype in out_types:
+                for d in ttype.shape:
+                    if type(d) is not int:
+                        static = False
         results: Sequence[np.ndarray] | None = None
         if arrays is not None:
-            results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
-            _check_kernel(op, out_types, results, static)
+            results = None if known is None else known.run(arrays)
+            if results is None:
+                results = fresh_outputs(op, arrays, run_kernel(op, arrays, attrs))
+            for ttype, array in zip(out_types, results):
+                if not static or ttype.shape != array.shape or ttype.dtype != array.dtype:
+                    _check_kernel(op, out_types, results, static)
+                    break
         if self._symbolic:  # a static capture has no dynamic size to pin
             self._note_pins(op, attrs, in_values, out_types)
+        record = None
+        if op.is_view and inputs and inputs[0] is not None:
+            record = self._view_record(op, inputs, attrs, None if results is None else results[0])
         tensors = []
         for i, value in enumerate(outs):
             data = None if results is None else results[i]
-            t = Tensor._abstract(value.type, TraceRef(self, value), data)
+            t = Tensor._abstract(value.type, TraceRef(self, value, record), data)
             if not static:
                 self._note_symbols(t)
             tensors.append(t)
-        if VIEW in op.traits and inputs and inputs[0] is not None:
-            self._note_view(op, inputs, attrs, tensors[0])
+            record = None  # (a view operator's first output is the view)
+        if op.is_view and inputs and inputs[0] is not None:
+            self._keep_view(tensors[0])
         return tuple(tensors)
 
-    def _note_view(
-        self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any], out: Tensor
+    def _remember(
+        self,
+        key: tuple[Any, ...],
+        op: OpDef,
+        in_values: Sequence[Value | None],
+        out_types: tuple[TensorType, ...],
+        bound: dict[str, Any],
+        attrs: dict[str, Any],
     ) -> None:
-        """Remember that ``out`` views ``inputs[0]``'s memory when it does (a write through
-        either then reaches the other: kiln.capture.views)."""
+        """Remember the call just recorded under ``key`` (its ``infer_key``): its output
+        types and bound attributes (its kernel is chosen when the call comes again: most
+        calls with contents in their key, a write's bounds, do not)."""
+        for v in attrs.values():
+            if not _keyable(v):
+                return  # 0.0 and -0.0 share a key but may compute differently
+        in_types = tuple([None if v is None else v.type for v in in_values])
+        known = _Known(op, in_types, out_types, bound, attrs)
+        if len(self._known) >= _KNOWN_LIMIT:
+            self._known.clear()
+        self._known[key] = known
+
+    def _view_record(
+        self,
+        op: OpDef,
+        inputs: Sequence[Tensor | None],
+        attrs: dict[str, Any],
+        data: np.ndarray | None,
+    ) -> View | None:
+        """How the result of view operator ``op`` (its array ``data``, when computed) views
+        ``inputs[0]``'s memory, or None when it does not (a write through either then reaches
+        the other: kiln.capture.views)."""
         parent = inputs[0]
         assert parent is not None
-        if out._data is not None and parent._data is not None:
-            if memory_root(out._data) is not memory_root(parent._data):
-                return  # NumPy made a copy here (a reshape of a non-contiguous array)
+        if data is not None and parent._data is not None:
+            if memory_root(data) is not memory_root(parent._data):
+                return None  # NumPy made a copy here (a reshape of a non-contiguous array)
         view = getattr(parent._trace, "view", None)
         storage = self.storage_of(parent) if view is None else view.storage
         assert storage is not None
-        record = View(storage, parent, op, tuple(inputs[1:]), attrs)
-        rebind(out, TraceRef(self, out._trace.value, record), out.type)
+        return View(storage, parent, op, tuple(inputs[1:]), attrs)
+
+    def _keep_view(self, out: Tensor) -> None:
+        """Add ``out`` to its storage's views when it is a view (see :meth:`_view_record`)."""
+        record = out._trace.view
+        if record is None:
+            return
+        storage = record.storage
         views = storage.views
         views.append(weakref.ref(out))
         # A loop over x[i]: forget the views that are gone, each time the list has doubled
@@ -961,5 +1113,36 @@ def record(
         new_leaves[slot.index] = t if make is None else make(t)
     call_args, call_kwargs = rebuild(new_leaves)
     # np.zeros, np.arange, np.array, ... called by the function create recording tensors
-    with handler_scope(tracer), guard_scope(tracer), numpy_creation():
+    with handler_scope(tracer), guard_scope(tracer), numpy_creation(), old_objects_frozen():
         return fn(*call_args, **call_kwargs)
+
+
+_freeze_lock = threading.Lock()
+_freeze_depth = 0  # recordings under way (any thread)
+_froze = False  # whether the outermost one froze the objects (and unfreezes them)
+
+
+@contextlib.contextmanager
+def old_objects_frozen() -> Iterator[None]:
+    """Keep the objects that exist when the block starts out of the garbage collector's
+    passes until it ends (``gc.freeze``; ``gc.unfreeze`` after). A recording allocates a few
+    objects per op, so the collector runs a full pass now and then, and a full pass walks
+    every object of the process: with jax or onnxruntime loaded one took 0.1-0.15 s, a
+    fifth of a 10k-node recording. The objects the block makes are collected as usual. Not
+    done (a no-op) when the collector is disabled or something else froze objects already
+    (an application that freezes before forking keeps its frozen set)."""
+    global _freeze_depth, _froze
+    with _freeze_lock:
+        if _freeze_depth == 0:
+            _froze = gc.isenabled() and gc.get_freeze_count() == 0
+            if _froze:
+                gc.freeze()
+        _freeze_depth += 1
+    try:
+        yield
+    finally:
+        with _freeze_lock:
+            _freeze_depth -= 1
+            if _freeze_depth == 0 and _froze:
+                _froze = False
+                gc.unfreeze()

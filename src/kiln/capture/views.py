@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..functions.inplace import Flat
-from ..functions.operands import cast
+from ..functions.operands import cast, int_vector
 from ..functions.shape import getitem, index_update_at, index_update_rows
 from ..ops.dispatch import current_handler
 from ..ops.registry import OpDef, TensorType
@@ -83,12 +83,8 @@ class View:
         self.positions: Tensor | None = None
 
 
-# NumPy's own np.asarray (a capture routes the numpy module's: kiln.capture.numpy_creation).
-_np_asarray = getattr(np.asarray, "__kiln_original__", np.asarray)
-
-
 def _i64(values: list[int]) -> Tensor:
-    return Tensor._wrap(_np_asarray(values, dtype=np.int64))
+    return int_vector(tuple(values))  # shared per contents: an operator's input only
 
 
 def _view_of(t: Tensor) -> View | None:
@@ -141,6 +137,13 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     if isinstance(index, Flat):  # a.flat[i] (np.put, np.fill_diagonal); before the tuple forms
         positions = call("Reshape", positions_of(t, view), Tensor._wrap(np.array([-1], np.int64)))
         return index_update_at(root, getitem(positions, index.index), value, reduction)
+    if view is None and reduction == "none" and _all_ints(index):
+        # t[i, j] = v into a root (a loop filling an array): _box_write's box of a root, found
+        # without the checks for the other index kinds.
+        direct = _root_box(t, index)
+        if direct is not None:
+            extras, shape, box_shape = direct
+            return _slice_update(t, value, extras, shape, box_shape)
     if index is not None and _takes_all(index, t.ndim):
         index = None  # t[:] = v, t[...] = v: a write of all of t (also for dynamic sizes)
     rows = _index_rows(t, view, index)
@@ -213,6 +216,18 @@ def _int_array(entry: Any) -> Tensor | None:
     if isinstance(entry, Tensor) and entry.dtype.kind in "iu" and entry.ndim:
         return cast(entry, np.dtype(np.int64))
     return None
+
+
+def _all_ints(index: Any) -> bool:
+    """Whether ``index`` is a Python int or a non-empty tuple of them."""
+    if type(index) is int:
+        return True
+    if type(index) is not tuple or not index:
+        return False
+    for e in index:
+        if type(e) is not int:
+            return False
+    return True
 
 
 def _takes_all(index: Any, ndim: int) -> bool:

@@ -29,9 +29,46 @@ __all__ = [
     "constant",
     "shape_tensor",
     "size_scalar",
+    "int_vector",
+    "SHARED_CONSTANT_IDS",
 ]
 
 _PY_SCALARS = (bool, int, float, complex)
+
+# NumPy's own np.asarray: while a capture runs, the numpy module's is routed
+# (kiln.capture.numpy_creation), and kiln's calls would each pay the routing's checks.
+_np_asarray = getattr(np.asarray, "__kiln_original__", np.asarray)
+
+# int_vector's tensors by contents (emptied when full), and their ids (emptied with them, so
+# an id in the set is one of the tensors held: SHARED_CONSTANT_IDS, read by the tracer, which
+# shares their graph constants by contents as it does for the small writable arrays it copies).
+_INT_VECTORS: dict[tuple[int, ...], Tensor] = {}
+SHARED_CONSTANT_IDS: set[int] = set()
+_INT_VECTOR_LIMIT = 4096
+
+
+def int_vector(values: tuple[int, ...]) -> Tensor:
+    """A constant 1-D int64 tensor of ``values`` (a tuple of Python ints), for an operator's
+    shape-like input (a slice's bounds, axes, a target shape): one shared tensor per contents,
+    over a read-only array, so an unrolled loop that indexes with the same bounds again builds
+    nothing and a tracer finds the tensor's graph constant by identity. Never hand one to
+    the user: its array cannot be written.
+
+    Example:
+        >>> int_vector((0, 2)).tolist(), int_vector((0, 2)) is int_vector((0, 2))
+        ([0, 2], True)
+    """
+    t = _INT_VECTORS.get(values)
+    if t is None:
+        array = _np_asarray(values, dtype=np.int64).reshape(len(values))
+        array.flags.writeable = False
+        t = Tensor._wrap(array)
+        if len(_INT_VECTORS) >= _INT_VECTOR_LIMIT:
+            _INT_VECTORS.clear()
+            SHARED_CONSTANT_IDS.clear()
+        _INT_VECTORS[values] = t
+        SHARED_CONSTANT_IDS.add(id(t))
+    return t
 
 
 def is_scalar(x: Any) -> bool:
@@ -49,7 +86,7 @@ def constant(value: Any, dtype: np.dtype | None = None) -> Tensor:
         # carrying its recording tensor (kiln.capture.scalars), used instead of a constant
         traced: Tensor = value.__kiln_tensor__
         return traced if dtype is None or traced.dtype == dtype else cast(traced, dtype)
-    array = np.asarray(value, dtype=dtype)
+    array = _np_asarray(value, dtype=dtype)
     if array.dtype not in dtypes.ALL_DTYPES:
         raise OpTypeError(f"kiln does not support dtype {array.dtype} (from {value!r})")
     return Tensor._wrap(array)
@@ -236,7 +273,7 @@ def shape_tensor(dims: Sequence[Dim | Tensor]) -> Tensor:
         [2, 3]
     """
     if all(isinstance(d, (int, np.integer)) for d in dims):
-        return constant(np.asarray([int(d) for d in dims], dtype=np.int64).reshape(len(dims)))
+        return int_vector(tuple([int(d) for d in dims]))
     parts: list[Tensor] = []
     for d in dims:
         if isinstance(d, SymDim):

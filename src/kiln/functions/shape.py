@@ -37,7 +37,15 @@ from ..symbolic import (
 )
 from ..tensor import Tensor, call
 from .numpy_protocol import implements
-from .operands import as_tensor, cast, constant, is_scalar, same_dtype_operands, shape_tensor
+from .operands import (
+    as_tensor,
+    cast,
+    constant,
+    int_vector,
+    is_scalar,
+    same_dtype_operands,
+    shape_tensor,
+)
 
 __all__ = [
     "reshape",
@@ -83,8 +91,8 @@ _INT64 = dtypes.int64
 
 
 def _i64(values: Sequence[int]) -> Tensor:
-    """A constant 1-D int64 tensor."""
-    return constant(np.asarray(list(values), dtype=np.int64).reshape(len(values)))
+    """A constant 1-D int64 tensor (shared per contents: an operator's input only)."""
+    return int_vector(tuple([operator.index(v) for v in values]))
 
 
 def _axis(axis: Any, ndim: int) -> int:
@@ -1363,6 +1371,61 @@ def _gather_nd_block(t: Tensor, positions: list[int], indices: Tensor, place: in
     return call("Transpose", out, perm=order)
 
 
+def _basic_fast(x: Tensor, index: Any) -> Tensor | None:
+    """``x[index]`` for the common basic index of an unrolled loop (an int, a slice of int or
+    None bounds, or a tuple of those, in range, on a tensor of static shape): the very nodes
+    and constants the general path below records (one ``Slice``, then a ``Squeeze`` of the
+    int axes), without building its entries. Only the indexed axes need static sizes. None
+    for any other index (the general path handles it, and raises NumPy's errors)."""
+    items = index if type(index) is tuple else (index,)
+    shape = x.shape
+    if len(items) > len(shape):
+        return None
+    starts: list[int] = []
+    ends: list[int] = []
+    axes: list[int] = []
+    steps: list[int] = []
+    int_axes: list[int] = []
+    for axis, item in enumerate(items):
+        d = shape[axis]
+        if type(d) is not int:
+            return None
+        kind = type(item)
+        if kind is int:
+            if not -d <= item < d:
+                return None
+            i = item % d
+            starts.append(i)
+            ends.append(i + 1)
+            steps.append(1)
+            axes.append(axis)
+            int_axes.append(axis)
+        elif kind is slice:
+            for bound in (item.start, item.stop, item.step):
+                if bound is not None and type(bound) is not int:
+                    return None
+            bounds = _slice_bounds(item, d)
+            if bounds is not None:
+                starts.append(bounds[0])
+                ends.append(bounds[1])
+                steps.append(bounds[2])
+                axes.append(axis)
+        else:
+            return None
+    if axes:
+        x = call(
+            "Slice",
+            x,
+            int_vector(tuple(starts)),
+            int_vector(tuple(ends)),
+            int_vector(tuple(axes)),
+            int_vector(tuple(steps)),
+        )
+    if int_axes:
+        return call("Squeeze", x, int_vector(tuple(int_axes)))
+    return x
+
+
 def getitem(t: Any, index: Any) -> Tensor:
     """``t[index]`` with NumPy's semantics: ints, slices, ``None``, ``...``, integer arrays
     (broadcast together; separated ones move to the front) and boolean masks.
@@ -1378,6 +1441,9 @@ def getitem(t: Any, index: Any) -> Tensor:
         [2, 3, 4]
     """
     x = as_tensor(t)
+    fast = _basic_fast(x, index)
+    if fast is not None:
+        return fast
     entries = _entries(x, index)
     x, entries = _insert_new_axes(x, entries)
     is_basic = all(e.kind in ("slice", "int") for e in entries)

@@ -24,7 +24,7 @@ from ..symbolic import Dim, SymDim, is_fresh
 from ..tensor import Tensor, asarray
 from .graph import Constant, ModelGraph, NameScope, Node, Value, snake_case
 
-__all__ = ["GraphBuilder", "TypeHook", "expand_node"]
+__all__ = ["GraphBuilder", "TypeHook", "expand_node", "infer_key"]
 
 # NumPy's own np.array (a capture routes the numpy module's: kiln.capture.numpy_creation).
 _np_array = getattr(np.array, "__kiln_original__", np.array)
@@ -76,7 +76,7 @@ class GraphBuilder:
         self._nodes: list[Node] = []
         self._node_names: set[str] = set()
         # What ``infer`` gave for an operator on static input types and attributes (an
-        # unrolled loop records the same few calls over and over): see _infer_key.
+        # unrolled loop records the same few calls over and over): see infer_key.
         self._inferred: dict[tuple[Any, ...], tuple[OpDef, tuple[TensorType, ...]]] = {}
 
     # -- what was built -------------------------------------------------------------------
@@ -214,6 +214,28 @@ class GraphBuilder:
         self._nodes.append(node)
         return values
 
+    def add_typed(
+        self,
+        opdef: OpDef,
+        inputs: tuple[Value | None, ...],
+        bound: dict[str, Any],
+        types: Sequence[TensorType],
+        source: str,
+    ) -> tuple[Value, ...]:
+        """:meth:`add` of a node whose output types the caller already has: ``infer``'s
+        answer for these inputs and bound attributes, which the caller just ran or remembers
+        from an earlier call on the same static input types (the tracer's hot path, keyed by
+        :func:`infer_key`). Every output gets a fresh name and the node is named after the
+        first, as :meth:`add` does without names or hints; no binding, arity check, ``infer``
+        or ``refine`` hook here."""
+        fresh = self.scope.fresh
+        base = snake_case(opdef.name)
+        values = tuple([Value(fresh(base), ttype) for ttype in types])
+        name = values[0].name if values else fresh(base)
+        self._node_names.add(name)  # (the scope already holds it: fresh took it)
+        self._nodes.append(Node(opdef.qualified_name, inputs, values, bound, name, source))
+        return values
+
     def rebuild(self, node: Node, inputs: Sequence[Value | None]) -> tuple[Value, ...]:
         """``node`` again over ``inputs`` (values standing for its inputs, perhaps more
         precisely typed): the same operator, attributes, name, source and output names, with
@@ -245,7 +267,7 @@ class GraphBuilder:
         self, opdef: OpDef, inputs: Sequence[Value | None], bound: dict[str, Any]
     ) -> list[TensorType]:
         in_types = [None if v is None else v.type for v in inputs]
-        key = _infer_key(opdef, in_types, bound)
+        key = infer_key(opdef, in_types, bound)
         if key is not None:
             try:
                 known = self._inferred.get(key)
@@ -257,7 +279,7 @@ class GraphBuilder:
         types = list(opdef.infer(in_types, bound))
         if self._refine is not None:
             types = list(self._refine(opdef, inputs, bound, types))
-        elif key is not None and _infer_key(opdef, types, None) is not None:
+        elif key is not None and infer_key(opdef, types, None) is not None:
             # (not a fresh size: a data-dependent size is a new symbol at every node)
             if len(self._inferred) >= _INFER_MEMO_LIMIT:
                 self._inferred.clear()
@@ -333,7 +355,7 @@ class GraphBuilder:
 _INFER_MEMO_LIMIT = 4096
 
 
-def _infer_key(
+def infer_key(
     opdef: OpDef, types: Sequence[TensorType | None], bound: Mapping[str, Any] | None
 ) -> tuple[Any, ...] | None:
     """The key under which ``infer``'s answer for these input types and bound attributes is

@@ -43,7 +43,10 @@ class Handler(Protocol):
 
     def apply(
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
-    ) -> tuple[Tensor, ...]: ...
+    ) -> tuple[Tensor, ...]:
+        """Receive the call of ``op`` (``attrs`` bound); the door does not check the arity
+        first: the handler does (a tracer, where it runs ``infer``)."""
+        ...
 
     def host_read(self, tensor: Tensor, what: str) -> Any: ...
 
@@ -210,13 +213,22 @@ def eager_kernel(
 
 def _compile_call(call: KernelCall, arity: int) -> Callable[..., Any]:
     """``call``'s template as a function of ``arity`` arrays (``lambda x0, x1: b0(x0, x1)``)."""
-    args = [f"x{i}" for i in range(arity)]
     direct = "{b0}(" + ", ".join("{" + str(i) + "}" for i in range(arity)) + ")"
     if call.template == direct and len(call.binds) == 1:
         return call.binds[0]  # type: ignore[no-any-return]  # np.matmul(x0, x1): itself
-    binds = {f"b{k}": obj for k, obj in enumerate(call.binds)}
-    body = call.template.format(*args, **{name: name for name in binds})
-    return eval(f"lambda {', '.join(args)}: {body}", binds)  # noqa: S307 - kiln's own templates
+    return _call_factory(call.template, arity, len(call.binds))(*call.binds)  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=1024)
+def _call_factory(template: str, arity: int, n_binds: int) -> Callable[..., Any]:
+    """``lambda b0, ...: lambda x0, ...: <template>``, compiled once per template: a tracer
+    asks for the kernel of each distinct call (a slice per loop index), and compiling it
+    anew each time cost more than the call."""
+    args = [f"x{i}" for i in range(arity)]
+    names = [f"b{k}" for k in range(n_binds)]
+    body = template.format(*args, **{name: name for name in names})
+    source = f"lambda {', '.join(names)}: lambda {', '.join(args)}: {body}"
+    return eval(source, {})  # type: ignore[no-any-return]  # noqa: S307 - kiln's own templates
 
 
 def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
