@@ -330,6 +330,7 @@ class _PlanWriter:
         self.last_use, self.readers = _readers(graph)
         self.outputs = {id(v) for v in graph.output_values}
         self.producer = {id(v): node for node in graph.nodes for v in node.outputs}
+        self.index_parts = self._plan_index_parts()
         # The value (by id) whose buffer a value's array is, where a step wrote it in place
         # (``out=``, an in-place write); by default its own.
         self.buffer: dict[int, int] = {}
@@ -346,6 +347,55 @@ class _PlanWriter:
         self.placed: dict[int, tuple[Node, tuple[slice, ...]]] = {}
         self.concat_buffers: dict[int, str] = {}  # id(Concat node) -> its buffer's name
         self._plan_concats()
+
+    def _plan_index_parts(self) -> dict[int, list[Value]]:
+        """The ``Concat`` nodes (by id) that only join index columns for fancy indexing
+        (``a[rows, cols] = v`` records ``ScatterND(a, Concat(rows[:, None], cols[:, None]),
+        v)``; ``a[rows, cols]`` a GatherND): their readers take the columns as a tuple, as
+        NumPy's indexing does, instead of a joined copy (see :func:`~kiln.ops.shape.
+        index_columns`). The columns then count as read where the Concat's readers read it,
+        so nothing writes their buffers in place before."""
+        found: dict[int, list[Value]] = {}
+        for node in self.graph.nodes:
+            out = node.outputs[0] if node.outputs else None
+            if node.op != "Concat" or out is None or id(out) in self.outputs:
+                continue
+            if out.dtype.kind != "i" or not out.shape:
+                continue
+            axis = node.opdef.bind_attrs(node.attrs)["axis"] % len(out.shape)
+            if axis != len(out.shape) - 1:
+                continue
+            parts = [v for v in node.inputs if v is not None]
+            if len(parts) != len(node.inputs) or any(v.shape[-1:] != (1,) for v in parts):
+                continue
+            readers = self.readers.get(id(out), [])
+            if not readers or not all(
+                self._takes_columns(self.graph.nodes[r], out) for r in readers
+            ):
+                continue
+            found[id(node)] = parts
+            for v in parts:
+                self.readers[id(v)] = sorted({*self.readers[id(v)], *readers})
+                self.last_use[id(v)] = max(self.last_use[id(v)], *readers)
+        return found
+
+    @staticmethod
+    def _takes_columns(reader: Node, indices: Value) -> bool:
+        """Whether ``reader`` reads ``indices`` only as a ScatterND's or a plain GatherND's
+        index argument (whose kernels take a tuple of index columns)."""
+        if reader.op == "ScatterND":
+            return reader.inputs[1] is indices and indices not in (
+                reader.inputs[0],
+                reader.inputs[2],
+            )
+        if reader.op == "GatherND":
+            attrs = reader.opdef.bind_attrs(reader.attrs)
+            return (
+                reader.inputs[1] is indices
+                and reader.inputs[0] is not indices
+                and not attrs["batch_dims"]
+            )
+        return False
 
     def _donate(self, donate: Mapping[int, int]) -> None:
         """Lend the run the buffers of the inputs ``donate`` names (see CpuPlan.donating): each
@@ -593,6 +643,11 @@ class _PlanWriter:
             for v, data in zip(node.outputs, folded):
                 self.known[id(v)] = data
                 self.names[id(v)] = self.bind(data, "c")
+            return
+        parts = self.index_parts.get(id(node))
+        if parts is not None:  # index columns, passed to the readers as a tuple
+            columns = "".join(f"{self.names[id(v)]}[..., 0], " for v in parts)
+            self.names[id(node.outputs[0])] = f"({columns})"
             return
         base = self.updated.get(id(node))
         if base is not None and id(node.inputs[1]) in self.in_box:

@@ -69,7 +69,7 @@ from .rules import (
 )
 from .sampling import sample_array
 
-__all__ = ["INT64_MAX", "INT64_MIN"]
+__all__ = ["INT64_MAX", "INT64_MIN", "gather_nd_at", "index_columns"]
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -1425,6 +1425,34 @@ def _gather_nd_infer(
     return [TensorType(data.dtype, idx.shape[:-1] + data.shape[b + q :])]
 
 
+def index_columns(indices: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """The index arrays a GatherND/ScatterND's ``indices`` (..., q) address ``data`` with, one
+    per leading axis (views of its columns), for NumPy's indexing; a tuple of them is taken as
+    it is (a plan passes the parts of a ``Concat`` of index columns without joining them)."""
+    if type(indices) is tuple:
+        return indices
+    return tuple([indices[..., k] for k in range(indices.shape[-1])])  # (np.moveaxis: slow)
+
+
+def gather_nd_at(data: np.ndarray, indices: np.ndarray | tuple[np.ndarray, ...]) -> np.ndarray:
+    """GatherND with ``batch_dims=0`` and at least one index column: NumPy's fancy indexing
+    ``data[i0, i1, ...]`` (one copy; IndexError out of range, as the kernel)."""
+    return data[index_columns(indices)]
+
+
+def _gather_nd_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``data[i0, i1, ...]`` for ``batch_dims=0`` (the kernel's general batched path stacks a
+    copy per batch)."""
+    indices = inputs[1]
+    if attrs["batch_dims"] or indices is None or not indices.shape:
+        return None
+    if not isinstance(indices.shape[-1], int) or indices.shape[-1] < 1:
+        return None
+    return KernelCall("{b0}({0}, {1})", (gather_nd_at,))
+
+
 def _gather_nd_kernel(data: np.ndarray, indices: np.ndarray, *, batch_dims: int) -> np.ndarray:
     b = batch_dims
     batch = data.shape[:b]
@@ -1476,6 +1504,7 @@ register(
         attrs={"batch_dims": Attr("int", 0)},
         infer=_gather_nd_infer,
         kernel=_gather_nd_kernel,
+        fast_kernel=_gather_nd_fast,
         traits=_LAYOUT,
         samples=_gather_nd_samples,
         raises_on_values=True,  # an index out of range raises IndexError
@@ -1534,7 +1563,7 @@ def scatter_nd_into(
     kernel calls it on a copy; a plan calls it directly when nothing else reads ``data``."""
     if not data.flags.writeable:
         data = data.copy()
-    where = tuple([indices[..., k] for k in range(indices.shape[-1])])  # (np.moveaxis: slow)
+    where = index_columns(indices)
     fn = _REDUCTIONS[reduction]
     if fn is None:
         data[where] = updates
