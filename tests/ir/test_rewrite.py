@@ -166,3 +166,20 @@ def test_an_unused_gather_of_a_masks_own_positions_is_removed() -> None:
     graph, _ = remove_unused(b.graph("g", [y]))
     assert [n.op for n in graph.nodes] == ["GatherND", "Neg"]
     assert graph.nodes[0].inputs[1] is other
+
+
+def test_substitute_node_replaces_only_what_the_mapping_names():
+    from kiln.ir.rewrite import substitute_node
+
+    g = graph_of(lambda x, y: np.exp(x) + y, np.ones(3), np.ones(3))
+    exp, add = g.nodes
+    x, y = g.input_values
+    assert substitute_node(add, {}) is add
+    assert substitute_node(add, {id(x): y}) is add  # x is not an input of the Add
+    assert substitute_node(add, {id(y): y}) is add  # mapped to itself: the same node
+    swapped = substitute_node(add, {id(y): x, id(exp.outputs[0]): y})
+    assert swapped is not add and swapped.inputs == (y, x)
+    assert (swapped.op, swapped.outputs, swapped.name) == (add.op, add.outputs, add.name)
+    with_none = kiln.ir.graph.Node("Clip", (x, None, y), add.outputs, {}, "clip")
+    assert substitute_node(with_none, {id(y): x}).inputs == (x, None, x)
+    assert substitute_node(with_none, {id(exp.outputs[0]): x}) is with_none

@@ -65,8 +65,9 @@ def chain(x):
 
 def _unfiltered(monkeypatch):
     """The driver without its shortcuts: every rule rooted at a node's operator is matched."""
-    monkeypatch.setattr(pattern, "_required_ops", lambda p: frozenset())
+    monkeypatch.setattr(pattern, "_required_ops", lambda p, skipped=frozenset(): frozenset())
     monkeypatch.setattr(pattern, "_names_agree", lambda p: False)
+    monkeypatch.setattr(pattern, "_is_flat", lambda p: False)
 
 
 @pytest.mark.parametrize("fn", [gelu_mlp, gelu_swapped, attention, rows, chain])
@@ -105,3 +106,63 @@ def test_a_name_bound_twice_checks_the_second_place_only_by_identity():
     g = traced(lambda x: x * x, rand(3))
     g, count = rewrite_with_rules(g, rules, DefaultsOptions())
     assert count == 1 and [n.op for n in g.nodes] == ["Pow"]
+
+
+def test_a_name_bound_twice_with_other_operators_needs_only_those_of_one_place():
+    # "e" binds Exp(x) at the first input; the second place (a Sigmoid) is only compared by
+    # identity, so exp(x) * exp(x) matches in a graph without any Sigmoid: the operators the
+    # rule needs must not include it. (The Add a rule needs is required: no Add, no match.)
+    def double(m: Match, b: Builder, o: DefaultsOptions):
+        return b.op("Add", m["e"], m["e"])
+
+    pattern_ = op("Mul", op("Exp", var("x"), name="e"), op("Sigmoid", var("x"), name="e"))
+    rules = [Rule(pattern_, double, "repeated")]
+
+    def f(x):
+        e = np.exp(x)
+        return e * e
+
+    g = traced(f, rand(3))
+    g, count = rewrite_with_rules(g, rules, DefaultsOptions())
+    assert count == 1 and [n.op for n in g.nodes] == ["Exp", "Add"]
+    needs_add = [Rule(op("Add", pattern_, var("y")), keep("y"), "needs-add")]
+    g = traced(f, rand(3))
+    assert rewrite_with_rules(g, needs_add, DefaultsOptions())[1] == 0
+    assert pattern._required_ops(needs_add[0].pattern, pattern._repeated(pattern_)) == {
+        frozenset({"Add"}),
+        frozenset({"Mul"}),
+    }
+
+
+@pytest.mark.parametrize("fn", [gelu_mlp, gelu_swapped, attention, rows, chain])
+def test_flat_patterns_match_as_the_generic_matcher_does(fn, monkeypatch):
+    """One operator over leaves (most rules) is matched without the nested generators: every
+    rule of the default pipeline, at every node, gives the same matches in the same order."""
+    import importlib
+
+    rules = []
+    for module in ("simplify_algebra", "fuse_gelu", "fuse_softmax", "fuse_gemm", "fuse_rms_norm"):
+        m = importlib.import_module(f"kiln.optim.{module}")
+        rules += [r for k, v in vars(m).items() if k.endswith("RULES") for r in v]
+    rules += [
+        Rule(op("Mul", var("c"), var("c"), name="sq"), keep("c")),  # a name bound twice
+        Rule(op("Add", const(name="k"), var("x")), keep("x")),  # commutative, a constant
+    ]
+    assert any(pattern._is_flat(r.pattern) for r in rules)
+    g = traced(fn, rand(6, 16))
+    constants = {id(c.value): c.data for c in g.constants}
+    producers = {id(v): n for n in g.nodes for v in n.outputs}
+
+    def found(matcher, rule, node):
+        return [
+            (sorted((k, id(v)) for k, v in m.values.items()), sorted(m.nodes), m.interior)
+            for m in matcher.matches(rule.pattern, node)
+        ]
+
+    fast = pattern._Matcher(producers, constants)
+    flat = [(r, n, found(fast, r, n)) for r in rules for n in g.nodes]
+    monkeypatch.setattr(pattern, "_is_flat", lambda p: False)
+    slow = pattern._Matcher(producers, constants)
+    assert any(f for _, _, f in flat)
+    for rule, node, matches in flat:
+        assert matches == found(slow, rule, node), (rule.name, node)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -188,3 +189,34 @@ def test_models_with_elementwise_fusion():
     assert ops(g) == ["Gemm", "kiln.FusedElementwise", "Gemm"]
     assert_close(run(g, x)[0], silu_mlp(x), rtol=1e-4, atol=1e-4)
     assert g.optimize([*default_pipeline(), _fuse_all]).total_rewrites == 0
+
+
+def test_the_pipeline_leaves_the_garbage_collector_as_it_found_it():
+    """The collector is paused while a pipeline runs (passes make no cycles; its full
+    collections walked every live object) and restored after, also when a pass raises."""
+    import gc
+
+    import kiln
+    from kiln.optim import Transform
+
+    seen = []
+
+    def look(graph, options):
+        seen.append(gc.isenabled())
+        return graph, 0
+
+    def fail(graph, options):
+        raise RuntimeError("a pass that fails")
+
+    g = kiln.trace(lambda x: x + 1.0, np.ones(3)).graph
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            g.optimize([Transform("look", look)])
+            assert gc.isenabled() is enabled and seen[-1] is False
+            with pytest.raises(RuntimeError, match="a pass that fails"):
+                g.optimize([Transform("fail", fail)])
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -333,3 +333,76 @@ def test_columns_of_a_batch_that_drifts_to_empty():
         a = RNG.standard_normal((rows, 4))
         with np.errstate(all="ignore"):
             np.testing.assert_array_equal(f(a), fn(a), strict=True)
+
+
+def _pairwise_runs(matcher, parts, vl):
+    """The runs as matching each pair of neighbours finds them (what _runs must agree with)."""
+    runs, start = [], 0
+    for i in range(1, len(parts) + 1):
+        if i < len(parts) and isinstance(matcher.match([parts[i - 1], parts[i]]), vl._Batched):
+            continue
+        if i - start >= vl.MIN_ITERATIONS:
+            runs.append((start, i))
+        start = i
+    return runs
+
+
+def repeated_iteration(x):
+    parts = []
+    shared = x + 2.0
+    for i in range(6):
+        # iterations 2 and 3 compute exp(shared) twice (two nodes, one input): as a pair they
+        # are one computation, not a batch
+        parts.append(np.exp(shared if i in (2, 3) else x + float(i)))
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("fn", [repeated_iteration, distance_matrix, row_normalize])
+def test_runs_read_from_the_whole_match_agree_with_pairwise_matching(fn):
+    """_runs matches all parts at once and reads from that match which neighbours match as
+    a pair; the runs must be those that matching every pair finds (repeated_iteration: two
+    neighbours computing the same thing end a run)."""
+    import importlib
+
+    from kiln.optim.transform import DefaultsOptions
+
+    vl = importlib.import_module("kiln.optim.vectorize_loops")
+    x = RNG.standard_normal((5, 3)) if fn is not repeated_iteration else RNG.standard_normal(4)
+    g = traced(fn, x)
+    for t in default_pipeline()[: [t.name for t in default_pipeline()].index("vectorize_loops")]:
+        if fn is repeated_iteration and t.name == "eliminate_common_subexpressions":
+            continue  # it would merge the two exp(shared)
+        g, _ = t(g)
+    concats = [n for n in g.nodes if n.op == "Concat" and len(n.inputs) >= vl.MIN_ITERATIONS]
+    assert concats
+    for node in concats:
+        parts = [v for v in node.inputs if v is not None]
+        options = DefaultsOptions()
+        expected = _pairwise_runs(vl._Matcher(g, options), parts, vl)
+        assert vl._runs(vl._Matcher(g, options), parts) == expected
+        if fn is repeated_iteration:
+            assert expected and expected != [(0, len(parts))]
+
+
+def test_alike_compares_attributes_as_values_where_their_keys_differ():
+    """Signatures make alike nodes cheap to compare; nodes whose attributes are equal values
+    of other types (1 and True) are still compared as the attributes themselves are."""
+    import importlib
+
+    from kiln.ir.graph import Node, Value
+    from kiln.ops.registry import TensorType
+    from kiln.optim.transform import DefaultsOptions
+
+    vl = importlib.import_module("kiln.optim.vectorize_loops")
+    g = traced(lambda x: x + 1.0, np.ones(3))
+    t = TensorType(np.dtype("float64"), (3,))
+    x = g.input_values[0]
+    nodes = [
+        Node("Softmax", (x,), (Value(f"s{k}", t),), attrs, f"s{k}")
+        for k, attrs in enumerate([{"axis": 1}, {"axis": True}, {"axis": 1}, {"axis": 2}])
+    ]
+    m = vl._Matcher(g, DefaultsOptions())
+    made = [(n, 0) for n in nodes]
+    assert m._alike(nodes[:3], made[:3], 0)
+    assert not m._alike(nodes, made, 0)
+    assert m.signature(nodes[0]) is m.signature(nodes[2])

@@ -286,7 +286,11 @@ class ModelGraph:
 
     def name_scope(self) -> NameScope:
         """A :class:`NameScope` that knows every name already used in this graph."""
-        taken = [v.name for v in self.values()] + [n.name for n in self._nodes]
+        nodes = self._nodes
+        taken = [v.name for v in self._inputs]
+        taken += [c.value.name for c in self._constants]
+        taken += [v.name for n in nodes for v in n.outputs]
+        taken += [n.name for n in nodes]
         return NameScope(taken)
 
     # -- lifecycle: delegated to the runtime layer (kiln.runtime) -------------------------

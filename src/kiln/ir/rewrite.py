@@ -4,7 +4,9 @@ no output needs."""
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 
 from ..ops.registry import get_op
 from ..symbolic import checked_at_run_time
@@ -22,13 +24,13 @@ __all__ = [
 
 def substitute_node(node: Node, mapping: Mapping[int, Value]) -> Node:
     """``node`` with each input found in ``mapping`` (by id) replaced; the same node if none."""
-    for v in node.inputs:  # most nodes read nothing replaced: one lookup per input
-        if v is not None and id(v) in mapping:
-            break
-    else:
+    # Most nodes read nothing replaced: one set operation over the inputs' ids, in C. (An
+    # omitted input is None, whose id is no value's.)
+    if mapping.keys().isdisjoint(map(id, node.inputs)):
         return node
-    inputs = tuple([None if v is None else mapping.get(id(v), v) for v in node.inputs])
-    if all(a is b for a, b in zip(inputs, node.inputs)):
+    get = mapping.get
+    inputs = tuple([get(id(v), v) for v in node.inputs])
+    if inputs == node.inputs:  # (values compare by identity) every input mapped to itself
         return node
     return Node(node.op, inputs, node.outputs, node.attrs, node.name, node.source)
 
@@ -59,11 +61,12 @@ def topological_order(nodes: Sequence[Node], defined: Iterable[Value]) -> list[N
         ['Add', 'Mul']
     """
     ready = {id(v) for v in defined}
+    ready.add(id(None))  # an omitted input is always there
     i = 0  # the common case: already in order, nothing to do
     add = ready.add
     for node in nodes:
         for v in node.inputs:
-            if v is not None and id(v) not in ready:
+            if id(v) not in ready:
                 break
         else:
             for v in node.outputs:
@@ -96,6 +99,16 @@ def topological_order(nodes: Sequence[Node], defined: Iterable[Value]) -> list[N
 
     for position in range(i, len(nodes)):
         node = nodes[position]
+        if not waiting:  # no node waits: one whose inputs are all there is just placed
+            for v in node.inputs:
+                if id(v) not in ready:
+                    break
+            else:
+                ordered.append(node)
+                emitted.add(position)
+                for v in node.outputs:
+                    add(id(v))
+                continue
         absent = {id(v) for v in node.inputs if v is not None and id(v) not in ready}
         if not absent:
             emit(position)
@@ -109,16 +122,9 @@ def topological_order(nodes: Sequence[Node], defined: Iterable[Value]) -> list[N
 
 def uses(nodes: Iterable[Node]) -> dict[int, int]:
     """How many times each value (by id) is used as a node input."""
-    counts: dict[int, int] = {}
-    for node in nodes:
-        for v in node.inputs:
-            if v is not None:
-                counts[id(v)] = counts.get(id(v), 0) + 1
-    return counts
-
-
-def _checks_sizes(v: Value) -> bool:
-    return any(checked_at_run_time(d) for d in v.shape)
+    counts = Counter(map(id, chain.from_iterable(node.inputs for node in nodes)))  # in C
+    counts.pop(id(None), None)  # omitted inputs
+    return dict(counts)
 
 
 def can_raise(node: Node) -> bool:
@@ -138,7 +144,11 @@ def can_raise(node: Node) -> bool:
         node.inputs, node.outputs, opdef.bind_attrs(node.attrs)
     ):
         return True
-    return any(_checks_sizes(v) for v in node.outputs)
+    for v in node.outputs:
+        for d in v.shape:
+            if type(d) is not int and checked_at_run_time(d):  # (most sizes are ints)
+                return True
+    return False
 
 
 def _gathers_own_nonzero(node: Node, producer: dict[int, Node]) -> bool:
@@ -190,9 +200,8 @@ def remove_unused(graph: ModelGraph) -> tuple[ModelGraph, int]:
                 if _gathers_own_nonzero(node, producer):
                     continue
         kept.append(node)
-        for i in node.inputs:
-            if i is not None:
-                add(id(i))
+        for v in node.inputs:
+            add(id(v))  # (an omitted input adds id(None): no value has it)
     kept.reverse()
     constants = [c for c in graph.constants if id(c.value) in live]
     removed = len(graph.nodes) - len(kept) + len(graph.constants) - len(constants)

@@ -18,12 +18,10 @@ _MAX_CONSTANT_BYTES = 1 << 12  # compare constants' contents up to this size
 def _attr_key(attrs: Mapping[str, object]) -> Hashable:
     if not attrs:
         return ()  # most nodes of an unrolled loop: nothing to sort
-    items = []
-    for k in sorted(attrs):
-        v = attrs[k]
+    items = sorted(attrs.items())  # (the names differ: values are never compared)
+    for i, (k, v) in enumerate(items):
         if isinstance(v, np.ndarray):
-            v = (v.dtype.str, v.shape, v.tobytes())
-        items.append((k, v))
+            items[i] = (k, (v.dtype.str, v.shape, v.tobytes()))
     return tuple(items)
 
 
@@ -57,13 +55,11 @@ def eliminate_common_subexpressions(
     nodes: list[Node] = []
     seen: dict[Hashable, Node] = {}
     for node in graph.nodes:
-        node = substitute_node(node, mapping)
-        key = (
-            node.op,
-            tuple([None if v is None else id(v) for v in node.inputs]),
-            _attr_key(node.attrs),
-            len(node.outputs),
-        )
+        if mapping:
+            node = substitute_node(node, mapping)
+        attrs = node.attrs
+        # (values hash and compare by identity: the inputs tuple itself is the key's part)
+        key = (node.op, node.inputs, _attr_key(attrs) if attrs else (), len(node.outputs))
         earlier = seen.get(key)
         if earlier is not None and not any(id(v) in outputs for v in node.outputs):
             for old, new in zip(node.outputs, earlier.outputs):

@@ -18,7 +18,14 @@ import numpy as np
 
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, Node, Value
-from .scatter_writes import ConstantWrites, last_writes, scatter_writes, splice, update_rows
+from .scatter_writes import (
+    ConstantWrites,
+    added_since,
+    last_writes,
+    scatter_writes,
+    splice,
+    update_rows,
+)
 from .transform import DefaultsOptions, transform
 
 __all__ = ["fold_full_overwrites"]
@@ -95,11 +102,11 @@ def fold_full_overwrites(graph: ModelGraph, options: DefaultsOptions) -> tuple[M
     replacements: dict[str, tuple[Node, ...]] = {}
     forwards: dict[int, Value] = {}
     for writes in full:
-        before = len(builder.nodes)
+        before = builder.node_count
         builder.source = writes.node.source
         result = writes.node.outputs[0]
         same = _fold(writes, builder, id(result) in outputs, producer)
         if same is not None:
             forwards[id(result)] = same
-        replacements[writes.node.name] = builder.nodes[before:]
+        replacements[writes.node.name] = added_since(builder, before)
     return splice(graph, replacements, builder, forwards), len(full)

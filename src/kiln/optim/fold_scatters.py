@@ -28,6 +28,7 @@ from ..ir.graph import ModelGraph, Node
 from .scatter_writes import (
     SLICE_UPDATE,
     ConstantWrites,
+    added_since,
     last_writes,
     previous_writes,
     scatter,
@@ -90,16 +91,16 @@ def _fold(chain: list[ConstantWrites], builder: GraphBuilder) -> None:
         builder.add(last.node.op, inputs, last.node.attrs, outputs=[out])
         return
     parts = []
-    start = 0
-    for w in chain:
-        stop = start + len(w.positions)
-        rows = kept[(kept >= start) & (kept < stop)] - start
-        if len(rows) == len(w.positions) and len(rows):
+    # kept is sorted: the rows of each write are one slice of it (found for all at once)
+    starts = np.cumsum([0, *(len(w.positions) for w in chain)])
+    bounds = np.searchsorted(kept, starts).tolist()
+    for k, w in enumerate(chain):
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi - lo == len(w.positions) and hi > lo:
             parts.append(update_rows(builder, w))  # every row survives
-        elif len(rows):  # some rows are written again later: gather the others
-            select = builder.add_constant(rows, hint="rows")
+        elif hi > lo:  # some rows are written again later: gather the others
+            select = builder.add_constant(kept[lo:hi] - starts[k], hint="rows")
             parts.append(builder.add("Gather", [update_rows(builder, w), select], {"axis": 0})[0])
-        start = stop
     if not parts:  # nothing written at all
         builder.add("Identity", [first.data], outputs=[out])
         return
@@ -122,9 +123,9 @@ def fold_scatters(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGra
     builder = GraphBuilder(graph.name_scope())
     replacements: dict[str, tuple[Node, ...]] = {}
     for chain in chains:
-        before = len(builder.nodes)
+        before = builder.node_count
         builder.source = chain[-1].node.source
         _fold(chain, builder)
-        replacements[chain[-1].node.name] = builder.nodes[before:]
+        replacements[chain[-1].node.name] = added_since(builder, before)
         replacements.update((w.node.name, ()) for w in chain[:-1])  # in bounds: cannot raise
     return splice(graph, replacements, builder), len(chains)

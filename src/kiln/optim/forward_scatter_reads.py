@@ -42,6 +42,7 @@ from ..ir.graph import ModelGraph, Node
 from .scatter_writes import (
     SLICE_UPDATE,
     ConstantWrites,
+    added_since,
     box_positions,
     last_writes,
     positions_of,
@@ -124,7 +125,7 @@ def _slice_positions(
     starts, ends, axes, steps = (*given, None, None)[:4]
     assert starts is not None and ends is not None  # required inputs
     rank = len(writes.dims) + len(writes.tail)
-    sliced = list(range(len(starts))) if axes is None else [int(a) % rank for a in axes]
+    sliced = list(range(len(starts))) if axes is None else [a % rank for a in axes.tolist()]
     if any(a >= writes.depth for a in sliced):
         return None
     return box_positions(writes.dims, starts, ends, np.array(sliced, np.int64), steps)
@@ -143,6 +144,7 @@ class _Versions:
         self.latest: dict[int, np.ndarray] = {}  # id(chain) -> newest writer per position
         self.boxes: dict[int, list[int]] = {}  # id(chain) -> indices of its SliceUpdates
         self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(write) -> see rows
+        self.found: dict[int, dict[int, int]] = {}  # id(write) -> {position: row}, the same
 
     def locate(self, source: _Source) -> tuple[list[_Source], int]:
         """``source``'s chain and its index there (registering the writes it follows)."""
@@ -195,6 +197,11 @@ class _Versions:
             self.kept[key] = (where[order], kept[order])
         where, rows = self.kept[key]
         flat = read.reshape(-1)
+        if flat.size <= _FEW:  # a row or two: looked up one by one
+            found = self.found.get(key)
+            if found is None:
+                found = self.found[key] = dict(zip(where.tolist(), rows.tolist()))
+            return np.array([found.get(p, -1) for p in flat.tolist()], np.int64)
         at = np.minimum(np.searchsorted(where, flat), max(len(where) - 1, 0))
         hit = (where[at] == flat) if len(where) else np.zeros(flat.shape, bool)
         return np.where(hit, rows[at] if len(where) else -1, -1)
@@ -249,6 +256,19 @@ def _row_loops(writes: Mapping[int, ConstantWrites]) -> set[int]:
     return found
 
 
+# Up to this many positions, a read's positions are looked at as Python ints.
+_FEW = 16
+
+
+def _all_rows_in_order(rows: np.ndarray, count: int) -> bool:
+    """Whether ``rows`` (1-D) is ``0, 1, ..., count - 1``."""
+    if len(rows) != count:
+        return False
+    if count <= _FEW:
+        return bool(rows.tolist() == list(range(count)))
+    return bool(np.array_equal(rows, np.arange(count)))
+
+
 def _forward(
     node: Node,
     source: _Source,
@@ -270,8 +290,14 @@ def _forward(
         chain, at = versions.locate(source)
         newest = versions.newest(chain, at, read)
         box = -1 if id(source.writes.node) in row_loops else versions.newest_box(chain, at)
-    last = int(newest.max()) if newest.size else -1
-    if box > last or (last >= 0 and bool((newest != last).any())):
+    if newest.size <= _FEW:  # (a read of a row or two: Python's max beats NumPy's calls)
+        few = newest.reshape(-1).tolist()
+        last = max(few, default=-1)
+        mixed = any(k != last for k in few)
+    else:
+        last = int(newest.max())
+        mixed = bool((newest != last).any())
+    if box > last or (last >= 0 and mixed):
         # a box none of whose cells are read (read its result: the plan writes boxes in
         # place), or read partly written by the newest write of some: read that version
         stop = max(box, last)
@@ -282,7 +308,7 @@ def _forward(
         writes = chain[last].writes
         rows_read = versions.rows(chain[last], read)
         rows = update_rows(builder, writes)
-        if np.array_equal(rows_read, np.arange(len(writes.positions))):
+        if _all_rows_in_order(rows_read, len(writes.positions)):
             # every row, in order: the updates themselves, in the read's shape
             shape = builder.add_constant(np.array(out.shape, np.int64), hint="shape")
             builder.add("Reshape", [rows, shape], {"allowzero": 1}, outputs=[out])
@@ -328,10 +354,10 @@ def forward_scatter_reads(graph: ModelGraph, options: DefaultsOptions) -> tuple[
         read = _read_positions(node, source.writes, constants, options.constant_folding_limit)
         if read is None:
             continue
-        before = len(builder.nodes)
+        before = builder.node_count
         builder.source = node.source
         if _forward(node, source, read, versions, builder, row_loops):
-            replacements[node.name] = builder.nodes[before:]
+            replacements[node.name] = added_since(builder, before)
     if not replacements:
         return graph, 0
     count = len(replacements)

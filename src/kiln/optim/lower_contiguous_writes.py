@@ -26,6 +26,7 @@ from ..ir.graph import ModelGraph, Node, Value
 from .scatter_writes import (
     SLICE_UPDATE,
     ConstantWrites,
+    added_since,
     one_run,
     previous_writes,
     scatter_writes,
@@ -78,7 +79,7 @@ def lower_contiguous_writes(graph: ModelGraph, options: DefaultsOptions) -> tupl
         run = one_run(w.positions, w.cells)
         if run is None or run[1] - run[0] == w.cells:
             continue  # not one run, a short one, or all of them (fold_full_overwrites')
-        before = len(builder.nodes)
+        before = builder.node_count
         builder.source = w.node.source
         joined = _lower(w, run, builder)
         result = w.node.outputs[0]
@@ -87,7 +88,7 @@ def lower_contiguous_writes(graph: ModelGraph, options: DefaultsOptions) -> tupl
         else:
             target = builder.add_constant(np.array(w.data.shape, np.int64), hint="shape")
             builder.add("Reshape", [joined, target], {"allowzero": 1}, outputs=[result])
-        replacements[w.node.name] = builder.nodes[before:]
+        replacements[w.node.name] = added_since(builder, before)
     if not replacements:
         return graph, 0
     return splice(graph, replacements, builder, forwards), len(replacements)

@@ -231,6 +231,26 @@ class Match:
         return tuple(sorted(int(a) % rank for a in data.reshape(-1))) if rank else ()
 
 
+# Whether a pattern is flat (see _is_flat), by id; the pattern is kept, so its id is not reused.
+_FLAT: dict[int, tuple[Pattern, bool]] = {}
+
+
+def _is_flat(pattern: Pattern) -> bool:
+    """Whether ``pattern`` is one operator (no alternatives) over leaves that are not
+    alternatives either: :meth:`_Matcher._flat_matches` matches it."""
+    known = _FLAT.get(id(pattern))
+    if known is not None and known[0] is pattern:
+        return known[1]
+    flat = (
+        bool(pattern.ops)
+        and not pattern.alternatives
+        and all(not (q.ops or q.alternatives) for q in pattern.inputs)
+    )
+    if len(_FLAT) < 1 << 12:
+        _FLAT[id(pattern)] = (pattern, flat)
+    return flat
+
+
 class _Matcher:
     """Matches patterns against values, looking up producers and constants of the graph."""
 
@@ -257,8 +277,50 @@ class _Matcher:
 
     def matches(self, pattern: Pattern, root: Node) -> Iterator[Match]:
         """Every way ``pattern`` matches at ``root`` (commutative operands give several)."""
+        if _is_flat(pattern):
+            yield from self._flat_matches(pattern, root)
+            return
         for values, nodes, interior in self._value(pattern, root.outputs[0], {}, {}, ()):
             yield Match(root, values, nodes, interior, self.constants)
+
+    def _flat_matches(self, pattern: Pattern, root: Node) -> Iterator[Match]:
+        """:meth:`matches` for an operator pattern whose inputs are all leaves (``x * 1``,
+        ``reshape(x, s)``: most rules), without the generic matcher's nested generators:
+        the same matches, bound the same way, in the same order."""
+        value = root.outputs[0]
+        node = self.producers.get(id(value))
+        if node is None or node.op not in pattern.ops or node.outputs[0] is not value:
+            return
+        if pattern.attrs:
+            bound = node.opdef.bind_attrs(node.attrs)
+            if any(bound.get(k) != v for k, v in pattern.attrs.items()):
+                return
+        orders = [node.inputs]
+        if len(node.inputs) == 2 and COMMUTATIVE in node.opdef.traits:
+            orders.append(node.inputs[::-1])
+        leaves = pattern.inputs
+        for inputs in orders:
+            if len(inputs) != len(leaves):
+                continue
+            values: dict[str, Value] = {}
+            for leaf, v in zip(leaves, inputs):
+                if v is None:
+                    break
+                name = leaf.name
+                if name is not None and name in values:
+                    if values[name] is not v:
+                        break  # a name bound again must bind the same value
+                    continue
+                if leaf.is_constant and not self.constant_fits(leaf, v):
+                    break
+                if name is not None:
+                    values[name] = v
+            else:
+                nodes: dict[str, Node] = {}
+                if pattern.name is not None:
+                    nodes[pattern.name] = node
+                    values[pattern.name] = value
+                yield Match(root, values, nodes, (node,), self.constants)
 
     def may_match(self, pattern: Pattern, value: Value | None, depth: int) -> bool:
         """A quick necessary condition for :meth:`matches`: the operators (and constants) of
@@ -501,7 +563,10 @@ def _index(rules: Sequence[Rule]) -> list[_Indexed]:
     indexed = []
     for rule in rules:
         agree = _names_agree(rule.pattern)
-        required = _required_ops(rule.pattern) if agree else frozenset()
+        # Where names disagree, a sub-pattern under a name bound more than once may be
+        # matched by the value alone (another place bound it first): what every match
+        # contains is then read from the rest of the pattern.
+        required = _required_ops(rule.pattern, frozenset() if agree else _repeated(rule.pattern))
         children = None
         p = rule.pattern
         if agree and p.ops and not p.alternatives:
@@ -625,6 +690,7 @@ class _Sweep:
 
     def _apply(self, node: Node, rules: Sequence[_Indexed], matcher: _Matcher) -> bool:
         root = node.outputs[0]
+        builder: Builder | None = None
         for indexed in rules:
             rule = indexed.rule
             if indexed.prefilter and not matcher.may_match(rule.pattern, root, _PREFILTER_DEPTH):
@@ -632,7 +698,9 @@ class _Sweep:
             for match in matcher.matches(rule.pattern, node):
                 if rule.exclusive and not self._exclusive(match):
                     continue
-                builder = Builder(self._shared_scope, node.source)
+                if builder is None or builder.node_count or builder.constants or builder.inputs:
+                    # (a rule that declined without adding anything leaves its builder as new)
+                    builder = Builder(self._shared_scope, node.source)
                 try:
                     result = rule.build(match, builder, self.options)
                 except (OpArgumentError, OpTypeError):
@@ -771,16 +839,40 @@ def _names_agree(pattern: Pattern) -> bool:
     return visit(pattern)
 
 
-def _required_ops(pattern: Pattern) -> frozenset[frozenset[str]]:
+def _repeated(pattern: Pattern) -> frozenset[str]:
+    """The names ``pattern`` binds at more than one place."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+
+    def visit(p: Pattern) -> None:
+        if p.name is not None:
+            (repeated if p.name in seen else seen).add(p.name)
+        for q in (*p.inputs, *p.alternatives):
+            visit(q)
+
+    visit(pattern)
+    return frozenset(repeated)
+
+
+def _required_ops(
+    pattern: Pattern, skipped: frozenset[str] = frozenset()
+) -> frozenset[frozenset[str]]:
     """What every match of ``pattern`` contains: for each set returned, a node whose operator
     is one of that set. A rule one of whose sets a graph has no operator of cannot apply to it.
+    Sub-patterns named in ``skipped`` are read as any value (the matcher may not look at
+    their structure: see :func:`_names_agree`).
 
     Example:
         >>> sorted(sorted(c) for c in _required_ops(op("Neg", op("Exp", var()))))
         [['Exp'], ['Neg']]
+        >>> named = op("Neg", op("Exp", var(), name="e"))
+        >>> sorted(sorted(c) for c in _required_ops(named, frozenset({"e"})))
+        [['Neg']]
     """
+    if pattern.name is not None and pattern.name in skipped:
+        return frozenset()
     if pattern.alternatives:
-        each = [_required_ops(a) for a in pattern.alternatives]
+        each = [_required_ops(a, skipped) for a in pattern.alternatives]
         common = frozenset.intersection(*each)
         if all(a.ops for a in pattern.alternatives):  # one of the roots, whichever matches
             common |= {frozenset(name for a in pattern.alternatives for name in a.ops)}
@@ -789,7 +881,7 @@ def _required_ops(pattern: Pattern) -> frozenset[frozenset[str]]:
         return frozenset()
     clauses = {frozenset(pattern.ops)}
     for p in pattern.inputs:
-        clauses |= _required_ops(p)
+        clauses |= _required_ops(p, skipped)
     return frozenset(clauses)
 
 

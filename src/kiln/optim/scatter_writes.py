@@ -17,8 +17,10 @@ Used by :mod:`~kiln.optim.fold_scatters`, :mod:`~kiln.optim.fold_full_overwrites
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain
 from math import prod
 from typing import Any
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, Node, Value
-from ..ir.rewrite import remove_unused, substitute, topological_order, uses
+from ..ir.rewrite import remove_unused, substitute, topological_order
 
 __all__ = [
     "SCATTERS",
@@ -36,12 +38,14 @@ __all__ = [
     "ConstantWrites",
     "scatter",
     "constant_writes",
+    "forget_writes",
     "last_writes",
     "positions_of",
     "box_positions",
     "row_of_positions",
     "previous_writes",
     "update_rows",
+    "added_since",
     "scatter_writes",
     "splice",
 ]
@@ -110,10 +114,52 @@ def positions_of(index: np.ndarray, dims: tuple[int, ...]) -> np.ndarray | None:
     return np.ravel_multi_index(tuple(rows.T), dims).astype(np.int64)
 
 
+# What constant_writes found per node, by the node's id: (the node, the constant data of its
+# inputs, the writes). Four passes read every write of the graph in every iteration, and most
+# writes are the same node (nodes are immutable) with the same constants each time: the
+# entry holds the node and the arrays it was computed from, and is used only while both are
+# the very same objects (so an id reused by another node never matches). The pipeline
+# clears it after each run (:func:`forget_writes`); it is bounded besides.
+_WRITES: dict[int, tuple[Node, tuple[np.ndarray | None, ...], ConstantWrites | None]] = {}
+_WRITES_LIMIT = 1 << 17
+
+
+def forget_writes() -> None:
+    """Drop what :func:`constant_writes` remembers (the pipeline calls it after each run)."""
+    _WRITES.clear()
+
+
 def constant_writes(node: Node, constants: Mapping[int, np.ndarray]) -> ConstantWrites | None:
     """What ``node`` writes, when it is a ``ScatterND`` of constant indices and no reduction
     into a ``data`` of static shape, the same write as a ``ScatterElements`` on 1-D data, or
     a ``kiln.SliceUpdate`` of a constant box (None otherwise: the passes leave it alone)."""
+    op = node.op
+    if op != SLICE_UPDATE and op not in SCATTERS:
+        return None
+    get = constants.get
+    datas = tuple([None if v is None else get(id(v)) for v in node.inputs])
+    known = _WRITES.get(id(node))
+    if known is not None and known[0] is node and _same_objects(known[1], datas):
+        return known[2]
+    found = _constant_writes(node, constants)
+    if found is not None:
+        found.positions.setflags(write=False)  # shared by every pass that reads the write
+    if len(_WRITES) >= _WRITES_LIMIT:
+        _WRITES.clear()
+    _WRITES[id(node)] = (node, datas, found)
+    return found
+
+
+def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is not y:
+            return False
+    return True
+
+
+def _constant_writes(node: Node, constants: Mapping[int, np.ndarray]) -> ConstantWrites | None:
     if node.op == SLICE_UPDATE:
         return _box_writes(node, constants)
     if node.op not in SCATTERS or node.attrs.get("reduction", "none") != "none":
@@ -161,14 +207,24 @@ def _box_writes(node: Node, constants: Mapping[int, np.ndarray]) -> ConstantWrit
     for a, start, end, step in zip(cut, starts.tolist(), ends.tolist(), steps_):
         if range(dims[a])[slice(start, end, step)] != range(dims[a]):
             depth = max(depth, a + 1)  # this axis is cut (or reversed): it is addressed
-    keep = [k for k, a in enumerate(cut) if a < depth]
-    positions = box_positions(
-        dims[:depth],
-        starts[keep],
-        ends[keep],
-        np.array([cut[k] for k in keep], np.int64),
-        None if steps is None else steps[keep],
-    ).reshape(-1)
+    picked = [range(d) for d in dims[:depth]]
+    for a, start, end, step in zip(cut, starts.tolist(), ends.tolist(), steps_):
+        if a < depth:
+            picked[a] = picked[a][slice(start, end, step)]
+    if all(len(r) == 1 for r in picked):  # one cell (out[i] = row): no arrays to make
+        position = 0
+        for r, d in zip(picked, dims):
+            position = position * d + r[0]
+        positions = np.array([position], np.int64)
+    else:
+        keep = [k for k, a in enumerate(cut) if a < depth]
+        positions = box_positions(
+            dims[:depth],
+            starts[keep],
+            ends[keep],
+            np.array([cut[k] for k in keep], np.int64),
+            None if steps is None else steps[keep],
+        ).reshape(-1)
     return ConstantWrites(node, data, updates, depth, positions, dims[depth:], dims[:depth])
 
 
@@ -186,11 +242,22 @@ def box_positions(
         >>> box_positions((3, 4), np.array([1]), np.array([3]), np.array([1])).tolist()
         [[1, 2], [5, 6], [9, 10]]
     """
-    picks = [np.arange(d, dtype=np.int64) for d in dims]
-    axes_ = range(len(starts)) if axes is None else [int(a) % len(dims) for a in axes]
-    steps_ = [1] * len(starts) if steps is None else [int(v) for v in steps]
-    for a, start, end, step in zip(axes_, starts, ends, steps_):
-        picks[a] = picks[a][slice(int(start), int(end), step)]
+    starts_, ends_ = np.asarray(starts).tolist(), np.asarray(ends).tolist()  # Python ints
+    axes_ = (
+        range(len(starts_))
+        if axes is None
+        else [int(a) % len(dims) for a in np.asarray(axes).tolist()]
+    )
+    steps_ = [1] * len(starts_) if steps is None else [int(v) for v in np.asarray(steps).tolist()]
+    ranges = [range(d) for d in dims]  # sliced as an arange is, without making arrays
+    for a, start, end, step in zip(axes_, starts_, ends_, steps_):
+        ranges[a] = ranges[a][slice(int(start), int(end), step)]
+    if all(len(r) == 1 for r in ranges):  # one cell (out[i] = row, D[i, j] = v): its position
+        position = 0
+        for r, d in zip(ranges, dims):
+            position = position * d + r[0]
+        return np.array(position, np.int64).reshape((1,) * len(dims))
+    picks = [np.arange(r.start, r.stop, r.step, dtype=np.int64) for r in ranges]
     strides = [prod(dims[a + 1 :]) for a in range(len(dims))]
     grids = np.ix_(*[p * stride for p, stride in zip(picks, strides)])
     total = np.zeros([len(p) for p in picks], np.int64)
@@ -299,7 +366,9 @@ def previous_writes(
     """For each constant write (by the id of its node) that writes into the result of
     another one of the same operator and depth that nothing else reads, that other write:
     the links of the chains :mod:`~kiln.optim.fold_scatters` folds."""
-    counts = uses(graph.nodes)
+    # how many times each write's result is read (counted in C, only for writes' results)
+    inputs = chain.from_iterable(node.inputs for node in graph.nodes)
+    counts = Counter(filter(writes.__contains__, map(id, inputs)))
     outputs = {id(v) for v in graph.output_values}
     links = {}
     for w in writes.values():
@@ -309,6 +378,14 @@ def previous_writes(
         if id(w.data) not in outputs and counts[id(w.data)] == 1:
             links[id(w.node)] = p
     return links
+
+
+def added_since(builder: GraphBuilder, before: int) -> tuple[Node, ...]:
+    """The nodes ``builder`` added after its first ``before`` (``builder.node_count`` then),
+    without copying all of them as ``builder.nodes`` does: a pass that takes each
+    replacement's nodes this way stays linear in the number of replacements."""
+    count = builder.node_count - before
+    return tuple(builder.last_nodes(count)) if count else ()
 
 
 def splice(

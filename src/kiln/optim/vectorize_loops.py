@@ -34,6 +34,7 @@ from ..errors import KilnError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value
 from ..ir.rewrite import remove_unused, topological_order
+from ..ir.rewrite import uses as count_uses
 from ..ops.batching import batching_rule
 from ..ops.registry import PURE, get_op
 from .transform import DefaultsOptions, transform
@@ -93,32 +94,65 @@ class _Matcher:
                 self.producer[id(out)] = (node, i)
         self.constants: dict[int, Constant] = {id(c.value): c for c in graph.constants}
         self.reassociate = options.allow_reassociation
-        self.memo: dict[tuple[int, ...], _Entry | None] = {}
+        self.memo: dict[tuple[Value, ...], _Entry | None] = {}
+        # Per node (by id), what _alike compares, as one hashable key: equal keys mean alike
+        # nodes; a node whose attributes make no key (arrays) is compared the long way.
+        self.signatures: dict[int, tuple[Any, ...]] = {}
+        self._interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # equal keys: one object
 
     def match(self, values: Sequence[Value], depth: int = 0) -> _Entry | None:
-        key = tuple(id(v) for v in values)
-        if key in self.memo:
-            return self.memo[key]
+        key = tuple(values)  # (values hash and compare by identity)
+        memo = self.memo
+        if key in memo:
+            return memo[key]
         entry = self._match(values, depth) if depth < _MAX_DEPTH else None
-        self.memo[key] = entry
+        memo[key] = entry
         return entry
+
+    def signature(self, node: Node) -> tuple[Any, ...]:
+        """``node``'s operator, output count, omitted inputs and attributes (a key of None
+        when they make none), computed once per node."""
+        sig = self.signatures.get(id(node))
+        if sig is None:
+            inputs = node.inputs
+            attrs = node.attrs
+            sig = (
+                node.op,
+                len(node.outputs),
+                tuple([v is None for v in inputs]) if None in inputs else len(inputs),
+                _attrs_key(attrs) if attrs else (),
+            )
+            if sig[3] is not None:  # hashable: alike nodes share one signature object
+                sig = self._interned.setdefault(sig, sig)
+            self.signatures[id(node)] = sig
+        return sig
 
     def _match(self, values: Sequence[Value], depth: int) -> _Entry | None:
         first = values[0]
-        if all(v is first for v in values):
+        for v in values:
+            if v is not first:
+                break
+        else:
             return _Shared(first)
-        if any(v.type.dtype != first.type.dtype or v.shape != first.shape for v in values):
-            return None
-        constants = [self.constants.get(id(v)) for v in values]
-        if all(c is not None for c in constants):
-            if first.type.dtype == object or len(values) * _size(first) > _MAX_STACKED:
+        ftype = first.type
+        dtype, shape = ftype.dtype, ftype.shape
+        for v in values:
+            t = v.type
+            if t is not ftype and (t.dtype != dtype or t.shape != shape):
                 return None
-            return _Stacked(tuple(c.data for c in constants if c is not None))
-        made = [self.producer.get(id(v)) for v in values]
-        if any(m is None for m in made):
+        get = self.constants.get
+        if get(id(first)) is not None:
+            constants = [get(id(v)) for v in values]
+            if all(c is not None for c in constants):
+                if dtype == np.dtype(object) or len(values) * _size(first) > _MAX_STACKED:
+                    return None
+                return _Stacked(tuple(c.data for c in constants if c is not None))
+        get = self.producer.get
+        made = [get(id(v)) for v in values]
+        if None in made:
             return None  # a graph input that differs between iterations
-        nodes = tuple(m[0] for m in made if m is not None)
-        index = made[0][1] if made[0] is not None else 0
+        nodes = tuple([m[0] for m in made])  # type: ignore[index]
+        index = made[0][1]  # type: ignore[index]
         head = nodes[0]
         if not self._alike(nodes, made, index):  # (a node may repeat: x[i] in row i)
             return None
@@ -141,19 +175,29 @@ class _Matcher:
             return None
         return _Batched(nodes, index, tuple(inputs))
 
-    @staticmethod
-    def _alike(nodes: Sequence[Node], made: Sequence[tuple[Node, int] | None], index: int) -> bool:
+    def _alike(
+        self, nodes: Sequence[Node], made: Sequence[tuple[Node, int] | None], index: int
+    ) -> bool:
+        """Whether ``nodes`` (made[k] = (nodes[k], output index)) all give their output
+        ``index`` and have the operator, output count, omitted inputs and attributes of the
+        first."""
         head = nodes[0]
-        shape = tuple(v is None for v in head.inputs)
-        return all(
-            n.op == head.op
-            and m is not None
-            and m[1] == index
-            and len(n.outputs) == len(head.outputs)
-            and tuple(v is None for v in n.inputs) == shape
-            and _same_attrs(n.attrs, head.attrs)
-            for n, m in zip(nodes, made)
-        )
+        want = self.signature(head)
+        keyed = want[3] is not None
+        signatures = self.signatures
+        for n, m in zip(nodes, made):
+            if m is None or m[1] != index:
+                return False
+            if n is head:
+                continue
+            sig = signatures.get(id(n))
+            if sig is None:
+                sig = self.signature(n)
+            if keyed and sig is want:
+                continue  # (interned: equal keyed signatures are one object)
+            if not (sig[:3] == want[:3] and _same_attrs(n.attrs, head.attrs)):
+                return False
+        return True
 
 
 def _size(v: Value) -> int:
@@ -163,6 +207,29 @@ def _size(v: Value) -> int:
             return _MAX_STACKED + 1
         size *= d
     return size
+
+
+def _attrs_key(attrs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """A key of ``attrs`` such that equal keys mean :func:`_same_attrs`; None when a value
+    is an array or unhashable (such attributes are compared by :func:`_same_attrs`)."""
+    if not attrs:
+        return ()
+    items = []
+    for k, v in attrs.items():
+        if isinstance(v, np.ndarray):
+            return None
+        items.append((k, type(v), v))
+    items.sort(key=_first)
+    key = tuple(items)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _first(item: tuple[Any, ...]) -> Any:
+    return item[0]
 
 
 def _same_attrs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -250,15 +317,43 @@ class _Build:
 def _runs(matcher: _Matcher, parts: Sequence[Value]) -> list[tuple[int, int]]:
     """Maximal runs ``[start, stop)`` of consecutive parts alike pairwise, of at least
     :data:`MIN_ITERATIONS` parts."""
+    if len(parts) < MIN_ITERATIONS:
+        return []
+    # Most loops are one run: match every part at once, and read from that match which
+    # neighbours would match as a pair (the work of one match instead of len(parts) - 1).
+    whole = matcher.match(parts)
     runs = []
     start = 0
     for i in range(1, len(parts) + 1):
-        if i < len(parts) and isinstance(matcher.match([parts[i - 1], parts[i]]), _Batched):
+        if i < len(parts) and (
+            not _pair_shared(whole, i)
+            if isinstance(whole, _Batched)
+            else isinstance(matcher.match([parts[i - 1], parts[i]]), _Batched)
+        ):
             continue
         if i - start >= MIN_ITERATIONS:
             runs.append((start, i))
         start = i
     return runs
+
+
+def _pair_shared(entry: _Batched, i: int) -> bool:
+    """Whether iterations ``i - 1`` and ``i`` of the run ``entry`` matched compute the same
+    thing (matched as a pair, they would be one ``_Shared`` value; any other pair of a run
+    that matches whole matches as a ``_Batched`` pair): every input where they differ is made
+    by nodes that again compute the same thing."""
+    a, b = entry.nodes[i - 1], entry.nodes[i]
+    if a is b:
+        return True
+    for position, child in enumerate(entry.inputs):
+        if child is None or isinstance(child, _Shared):
+            continue  # shared by the whole run: by the pair too
+        if a.inputs[position] is b.inputs[position]:
+            continue
+        if isinstance(child, _Batched) and _pair_shared(child, i):
+            continue
+        return False  # stacked constants, or nodes computing different things
+    return True
 
 
 def _laid_out(
@@ -432,11 +527,7 @@ def _accumulations(graph: ModelGraph, matcher: _Matcher) -> list[list[Node]]:
     """Chains ``acc = acc + term`` (a loop accumulating into one value): the chain's ``Add``
     nodes in order, each intermediate sum read only by the next ``Add``, at least
     :data:`MIN_ACCUMULATION` long."""
-    uses: dict[int, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None:
-                uses[id(v)] = uses.get(id(v), 0) + 1
+    uses = count_uses(graph.nodes)
     for v in graph.output_values:
         uses[id(v)] = uses.get(id(v), 0) + 2  # an output is read outside the chain
     previous: dict[int, Node] = {}  # Add -> the Add whose sum it adds to
