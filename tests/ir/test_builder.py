@@ -186,3 +186,23 @@ def test_the_tracer_builds_the_same_nodes_as_the_builder():
     ] + [("Add", "output", {})]
     assert [c.value.type for c in g.constants] == [c.value.type for c in b.constants]
     assert isinstance(g.constants[0], Constant)
+
+
+def test_builders_share_inferred_types_but_a_refine_hook_always_runs():
+    # A builder without a hook remembers infer's answer for every builder without one (the
+    # optimizer makes a builder per attempted rewrite); a hook still sees every node.
+    first = GraphBuilder()
+    (shape,) = first.add("Shape", [first.add_input("x", typed((2, 3)))])
+    assert shape.type.value == (2, 3)
+    seen = []
+
+    def refine(opdef, inputs, attrs, types):
+        seen.append(opdef.name)
+        return [TensorType(t.dtype, t.shape, (7, 7)) for t in types]
+
+    hooked = GraphBuilder(refine=refine)
+    (refined,) = hooked.add("Shape", [hooked.add_input("x", typed((2, 3)))])
+    assert seen == ["Shape"] and refined.type.value == (7, 7)
+    again = GraphBuilder()
+    (plain,) = again.add("Shape", [again.add_input("x", typed((2, 3)))])
+    assert plain.type.value == (2, 3)  # the hook's answer is nobody else's

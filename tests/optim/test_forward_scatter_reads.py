@@ -276,3 +276,16 @@ def test_a_row_recurrence_reads_the_previous_row_whatever_its_length(row):
     for i in (1, 2):
         want[i] = want[i - 1] * 2 + xv[i]
     assert_close(run(result, xv)[0], want)
+
+
+@pytest.mark.parametrize(
+    "positions, distinct",
+    [([3, 1, 2], True), ([1, 1], False), ([], True), ([5], True), ([[0, 2], [1, 2]], False)],
+)
+def test_written_positions_are_told_distinct_as_np_unique_would(positions, distinct):
+    # (np.unique's first call imports numpy.ma: tens of milliseconds of a first call)
+    from kiln.optim.forward_scatter_reads import _distinct
+
+    array = np.array(positions, np.int64)
+    assert _distinct(array) is distinct
+    assert distinct == (len(np.unique(array)) == array.size)

@@ -166,3 +166,75 @@ def test_flat_patterns_match_as_the_generic_matcher_does(fn, monkeypatch):
     assert any(f for _, _, f in flat)
     for rule, node, matches in flat:
         assert matches == found(slow, rule, node), (rule.name, node)
+
+
+# -- what flat rules declined is remembered (pattern._Declined) ----------------------------
+
+
+def test_a_flat_rule_that_declined_is_not_matched_again_at_the_same_node():
+    # Sweep 1 rewrites -(-x) and sees exp(y) decline; sweep 2 only confirms: the rule that
+    # declined at the unchanged Exp is not asked again.
+    asked = []
+
+    def decline(m: Match, b: Builder, o: DefaultsOptions):
+        asked.append(m.root.name)
+
+    rules = [
+        Rule(op("Exp", var("x")), decline, "declines"),
+        Rule(op("Neg", op("Neg", var("x"))), keep("x"), "neg-neg"),
+    ]
+    g = traced(lambda x, y: np.negative(np.negative(x)) + np.exp(y), rand(3), rand(3))
+    g, count = rewrite_with_rules(g, rules, DefaultsOptions())
+    assert count == 1 and asked == ["exp"]
+
+
+def test_a_declined_rule_applies_once_folding_makes_its_input_a_constant():
+    # x * (0.5 + 0.5): mul-one declines while the sum is a node's output; fold_constants then
+    # makes that same value a constant, and the next iteration's simplify_algebra must see it.
+    from kiln.ir import GraphBuilder
+    from kiln.ops.registry import TensorType
+    from kiln.optim import fold_constants, simplify_algebra
+
+    b = GraphBuilder()
+    x = b.add_input("x", TensorType(np.dtype(f32), (3,)))
+    half = np.array(0.5, f32)
+    (one,) = b.add("Add", [b.add_constant(half), b.add_constant(half)])
+    (y,) = b.add("Mul", [x, one])
+    g = b.graph("g", [y])
+    report = g.optimize([simplify_algebra, fold_constants])
+    assert "Mul" not in [n.op for n in g.nodes]
+    assert report.rewrites[0]["simplify_algebra"] == 0
+    assert sum(r["simplify_algebra"] for r in report.rewrites) == 1
+
+
+def test_declines_are_remembered_per_options():
+    # x + 0.0 is x only under relaxed float rules: what strict rules declined is not what
+    # relaxed ones decline, even while a pipeline keeps the tables.
+    from kiln.optim.simplify_algebra import SIMPLIFY_RULES
+
+    g = traced(lambda x: x + f32(0.0), rand(3))
+    pattern.remember_declines(True)
+    try:
+        assert rewrite_with_rules(g, SIMPLIFY_RULES, DefaultsOptions())[1] == 0
+        relaxed = DefaultsOptions(allow_reassociation=True)
+        assert rewrite_with_rules(g, SIMPLIFY_RULES, relaxed)[1] == 1
+    finally:
+        pattern.remember_declines(False)
+    assert not pattern._DECLINED
+
+
+def test_a_pruned_graph_is_not_walked_again_while_a_pipeline_runs(monkeypatch):
+    def f(x):
+        np.exp(x)  # dead
+        return x + 1.0
+
+    g = traced(f, rand(3))
+    pattern.remember_declines(True)
+    try:
+        pruned, removed = pattern.prune(g)
+        assert removed == 1
+        monkeypatch.setattr(pattern, "remove_unused", None)  # (not called again)
+        assert pattern.prune(pruned) == (pruned, 0)
+    finally:
+        pattern.remember_declines(False)
+    assert not pattern._PRUNED

@@ -76,8 +76,11 @@ class GraphBuilder:
         self._nodes: list[Node] = []
         self._node_names: set[str] = set()
         # What ``infer`` gave for an operator on static input types and attributes (an
-        # unrolled loop records the same few calls over and over): see infer_key.
-        self._inferred: dict[tuple[Any, ...], tuple[OpDef, tuple[TensorType, ...]]] = {}
+        # unrolled loop records the same few calls over and over): see infer_key. Builders
+        # without a refine hook share one memo (the optimizer makes a builder per attempted
+        # rewrite: the ~1,600 reshapes of one pass would each infer again); one with a hook
+        # keeps none, since the hook may change what ``infer`` gave.
+        self._inferred = _SHARED_INFERRED if refine is None else None
 
     # -- what was built -------------------------------------------------------------------
 
@@ -267,10 +270,11 @@ class GraphBuilder:
         self, opdef: OpDef, inputs: Sequence[Value | None], bound: dict[str, Any]
     ) -> list[TensorType]:
         in_types = [None if v is None else v.type for v in inputs]
-        key = infer_key(opdef, in_types, bound)
+        memo = self._inferred
+        key = None if memo is None else infer_key(opdef, in_types, bound)
         if key is not None:
             try:
-                known = self._inferred.get(key)
+                known = memo.get(key)
             except TypeError:  # an attribute that is not hashable (an array)
                 key = known = None
             if known is not None and known[0] is opdef:
@@ -279,11 +283,11 @@ class GraphBuilder:
         types = list(opdef.infer(in_types, bound))
         if self._refine is not None:
             types = list(self._refine(opdef, inputs, bound, types))
-        elif key is not None and infer_key(opdef, types, None) is not None:
+        elif memo is not None and key is not None and infer_key(opdef, types, None) is not None:
             # (not a fresh size: a data-dependent size is a new symbol at every node)
-            if len(self._inferred) >= _INFER_MEMO_LIMIT:
-                self._inferred.clear()
-            self._inferred[key] = (opdef, tuple(types))
+            if len(memo) >= _INFER_MEMO_LIMIT:
+                memo.clear()
+            memo[key] = (opdef, tuple(types))
         return types
 
     def _outputs(
@@ -353,6 +357,9 @@ class GraphBuilder:
 
 
 _INFER_MEMO_LIMIT = 4096
+# The memo of every builder without a refine hook (see GraphBuilder.__init__): ``infer`` is a
+# function of the operator, the static input types and the attributes, whoever asks.
+_SHARED_INFERRED: dict[tuple[Any, ...], tuple[OpDef, tuple[TensorType, ...]]] = {}
 
 
 def infer_key(

@@ -251,9 +251,16 @@ def _row_loops(writes: Mapping[int, ConstantWrites]) -> set[int]:
         if nxt or any(c.node.op != SLICE_UPDATE or c.dims != w.dims for c in chain):
             continue  # a branch, or other writes in the chain
         written = np.concatenate([c.positions for c in chain])
-        if len(written) == w.cells and len(np.unique(written)) == w.cells:
+        if len(written) == w.cells and _distinct(written):
             found.update(id(c.node) for c in chain)
     return found
+
+
+def _distinct(positions: np.ndarray) -> bool:
+    """Whether the integers of ``positions`` are all different. (Not ``np.unique``: its
+    first call imports ``numpy.ma``, tens of milliseconds of a process's first call.)"""
+    ordered = np.sort(positions, axis=None)
+    return bool((ordered[1:] != ordered[:-1]).all())
 
 
 # Up to this many positions, a read's positions are looked at as Python ints.

@@ -22,6 +22,7 @@ keep their names.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "rewrite_with_rules",
     "RewriteLoopError",
     "constant_equals",
+    "prune",
 ]
 
 # A rule set that still changes the graph after this many sweeps is taken to cycle.
@@ -543,6 +545,8 @@ class _Indexed:
     # its producer must have (None: any value). What may_match checks first, read once per
     # kind of node instead of once per node (see _Sweep._candidates).
     children: tuple[frozenset[str] | None, ...] | None = None
+    # For a rule whose decline at a node is remembered (see _Declined): its bit.
+    bit: int = 0
 
     def may_fit(self, in_ops: tuple[str | None, ...], commutative: bool) -> bool:
         """Whether a node whose inputs' producers have the operators ``in_ops`` (None: not
@@ -573,8 +577,99 @@ def _index(rules: Sequence[Rule]) -> list[_Indexed]:
             children = tuple(
                 frozenset(q.ops) if q.ops and not q.alternatives else None for q in p.inputs
             )
-        indexed.append(_Indexed(rule, _root_ops(rule.pattern), required, agree, children))
+        # A flat pattern (one operator over leaves) sees only the node, and the constants
+        # among its inputs: whether it declines there is remembered (_Declined).
+        bit = 1 << len(indexed) if _is_flat(p) and not rule.exclusive else 0
+        indexed.append(_Indexed(rule, _root_ops(p), required, agree, children, bit))
     return indexed
+
+
+class _Declined:
+    """Which rules declined at which node: for the flat rules (one operator over leaves,
+    not exclusive), a pure function of the node (its operator, attributes, input values and
+    their types) and of which of its inputs are constants (a constant's contents never
+    change), under one rule set and one set of options. A node that no rule changed comes
+    back as the same object in the next sweep and in the next pass's graph (the confirming
+    sweep, the pipeline's next iteration): the rules that declined there are not matched
+    again, and a node where every rule that may fit declined is not looked at. Only a
+    decline is remembered (no match, a builder that returned None or raised the operator's
+    error), not a replacement the driver refused (that depends on the node's users).
+
+    A value is a constant or not for good, except that folding (``fold_constants``,
+    ``fold_shapes``) makes a node's output a constant, the same value: when a value that was
+    not a constant at a remembered node is one in a later sweep's graph, the table is
+    forgotten. Entries hold their nodes and values, so the ids they are keyed by are not
+    reused while the table lives: one ``rewrite_with_rules`` call, or while a pipeline runs
+    (:func:`remember_declines`).
+    """
+
+    def __init__(self, rules: tuple[Rule, ...], options: DefaultsOptions) -> None:
+        self.rules = rules
+        self.options = options
+        self.table: dict[int, tuple[Node, int]] = {}  # id(node) -> (node, declined bits)
+        # The inputs of remembered nodes that were not constants then, by id.
+        self.variables: dict[int, Value] = {}
+
+    def check(self, constants: Mapping[int, Any]) -> None:
+        """Forget everything if a value that was not a constant is one in ``constants``."""
+        if not self.variables.keys().isdisjoint(constants):
+            self.table.clear()
+            self.variables.clear()
+
+
+# The tables of the pipelines running now, per rule set and options (see remember_declines).
+_DECLINED: dict[tuple[int, int, int], _Declined] = {}
+_declining = 0  # pipelines running now
+_declined_lock = threading.Lock()
+
+
+# The graphs prune returned while a pipeline runs, by id (see prune).
+_PRUNED: dict[int, ModelGraph] = {}
+
+
+def remember_declines(on: bool) -> None:
+    """Keep what rules declined at which nodes across ``rewrite_with_rules`` calls, and which
+    graphs have no dead code (:func:`prune`), from when a pipeline starts (``on``) until the
+    last pipeline running ends (``not on``), which forgets it all. The pipeline's passes run
+    the same rule sets under the same options on graphs that share most of their nodes."""
+    global _declining
+    with _declined_lock:
+        _declining += 1 if on else -1
+        if not _declining:
+            _DECLINED.clear()
+            _PRUNED.clear()
+
+
+def prune(graph: ModelGraph) -> tuple[ModelGraph, int]:
+    """:func:`~kiln.ir.rewrite.remove_unused`, which is idempotent: while a pipeline runs, a
+    graph it returned is not walked again (``eliminate_dead_code`` after a pass that ends
+    with it: the rewrite driver, ``splice``, ``vectorize_loops``)."""
+    if _PRUNED.get(id(graph)) is graph:
+        return graph, 0
+    result, removed = remove_unused(graph)
+    if _declining:
+        _PRUNED[id(result)] = result  # (held: its id is not reused while remembered)
+    return result, removed
+
+
+def _declined_for(rules: Sequence[Rule], options: DefaultsOptions) -> _Declined:
+    snapshot = tuple(rules)
+    if not _declining:
+        return _Declined(snapshot, options)
+    # (per thread too: another pipeline's sweep may forget the table, by check, while this
+    # one's remembers a node both graphs share)
+    key = (id(rules), id(options), threading.get_ident())
+    found = _DECLINED.get(key)
+    if (
+        found is None
+        or found.options is not options
+        or len(found.rules) != len(snapshot)
+        or not all(a is b for a, b in zip(found.rules, snapshot))
+    ):
+        # (a rule list changed since: start over; the entry keeps ``rules`` alive through
+        # its snapshot only, so its id may name another list: compared by contents)
+        found = _DECLINED[key] = _Declined(snapshot, options)
+    return found
 
 
 # How deep the quick check looks below a root (the matcher then looks at the rest).
@@ -590,19 +685,28 @@ class _Sweep:
     """
 
     def __init__(
-        self, graph: ModelGraph, rules: Sequence[_Indexed], options: DefaultsOptions
+        self,
+        graph: ModelGraph,
+        rules: Sequence[_Indexed],
+        options: DefaultsOptions,
+        declined: _Declined | None = None,
     ) -> None:
         self.graph = graph
         self.options = options
         self.rules = rules
+        if declined is None:
+            declined = _Declined(tuple(i.rule for i in rules), options)
+        self.declined = declined.table
+        self._variables = declined.variables
         # The operators of the graph, and of the nodes this sweep adds: a rule needing one
         # that is absent cannot match, so it is left out of by_op until one appears.
         self.present = {node.op for node in graph.nodes}
         self.by_op = self._by_op()
         # The rules that may fit a node, by its operator and its inputs' producers' operators
         # (an unrolled loop has many nodes and few kinds of them); reset with by_op.
-        self._fitting: dict[tuple[str, tuple[str | None, ...]], list[_Indexed]] = {}
+        self._fitting: dict[tuple[str, tuple[str | None, ...]], tuple[list[_Indexed], int]] = {}
         self.constants: dict[int, np.ndarray] = {id(c.value): c.data for c in graph.constants}
+        declined.check(self.constants)
         self.new_constants: list[Constant] = []
         self.producers: dict[int, Node] = {}
         self.outputs = {id(v) for v in graph.output_values}
@@ -661,20 +765,36 @@ class _Sweep:
         rules = self.by_op.get(node.op)
         if not rules:
             return False
-        rules = self._candidates(node, rules)
-        if not rules:
+        candidates, flat_bits = self._candidates(node, rules)
+        if not candidates:
             return False
+        known = 0
+        if flat_bits:  # what the flat rules declined here before (see _Declined)
+            entry = self.declined.get(id(node))
+            if entry is not None and entry[0] is node:
+                known = entry[1]
+                if flat_bits & known == flat_bits and len(candidates) == flat_bits.bit_count():
+                    return False  # every rule that may fit declined here before
         for v in node.outputs:  # the root is matched like any producer
             self.producers[id(v)] = node
-        if self._apply(node, rules, matcher):
+        refused = self._apply(node, candidates, matcher, known)
+        if refused < 0:
             return True
         for v in node.outputs:
             del self.producers[id(v)]
+        declined = known | (flat_bits & ~refused)
+        if declined != known:  # remember it (_Declined), and which inputs were no constants
+            self.declined[id(node)] = (node, declined)
+            constants, variables = self.constants, self._variables
+            for v in node.inputs:
+                if id(v) not in constants:
+                    variables[id(v)] = v  # (an omitted input: None, which no value is)
         return False
 
-    def _candidates(self, node: Node, rules: list[_Indexed]) -> list[_Indexed]:
+    def _candidates(self, node: Node, rules: list[_Indexed]) -> tuple[list[_Indexed], int]:
         """``rules`` (those rooted at ``node``'s operator) less those whose root inputs
-        cannot fit ``node``'s (:meth:`_Indexed.may_fit`)."""
+        cannot fit ``node``'s (:meth:`_Indexed.may_fit`), and the bits of the flat rules
+        among them (_Declined)."""
         producers = self.producers
         in_ops = []
         for v in node.inputs:
@@ -684,14 +804,25 @@ class _Sweep:
         fitting = self._fitting.get(key)
         if fitting is None:
             commutative = COMMUTATIVE in node.opdef.traits
-            fitting = [r for r in rules if r.may_fit(key[1], commutative)]
-            self._fitting[key] = fitting
+            rules = [r for r in rules if r.may_fit(key[1], commutative)]
+            bits = 0
+            for r in rules:
+                bits |= r.bit
+            fitting = self._fitting[key] = (rules, bits)
         return fitting
 
-    def _apply(self, node: Node, rules: Sequence[_Indexed], matcher: _Matcher) -> bool:
+    def _apply(
+        self, node: Node, rules: Sequence[_Indexed], matcher: _Matcher, known: int = 0
+    ) -> int:
+        """Apply the first of ``rules`` that fits ``node``: -1 when one did, else the bits
+        of the rules whose replacement the driver refused (:meth:`_accept`). Rules whose bit
+        is in ``known`` declined at this node before and are not matched again."""
         root = node.outputs[0]
         builder: Builder | None = None
+        refused = 0
         for indexed in rules:
+            if indexed.bit & known:
+                continue
             rule = indexed.rule
             if indexed.prefilter and not matcher.may_match(rule.pattern, root, _PREFILTER_DEPTH):
                 continue
@@ -705,9 +836,11 @@ class _Sweep:
                     result = rule.build(match, builder, self.options)
                 except (OpArgumentError, OpTypeError):
                     continue  # the replacement does not type-check: the rule does not apply
-                if result is not None and self._accept(node, result, builder):
-                    return True
-        return False
+                if result is not None:
+                    if self._accept(node, result, builder):
+                        return -1
+                    refused |= indexed.bit
+        return refused
 
     def _accept(self, node: Node, result: Value | Sequence[Value], builder: Builder) -> bool:
         """Check a replacement and commit it; False leaves the node as it was."""
@@ -912,15 +1045,16 @@ def rewrite_with_rules(
     """
     total = 0
     indexed = _index(rules)
+    declined = _declined_for(rules, options)
     for _ in range(MAX_SWEEPS):
-        sweep = _Sweep(graph, indexed, options)
+        sweep = _Sweep(graph, indexed, options, declined)
         if not sweep.by_op:  # no rule can match an operator of the graph
             return graph, total
         sweep.run()
         if not sweep.count:
             return graph, total
         total += sweep.count
-        graph, _ = remove_unused(sweep.finish())
+        graph, _ = prune(sweep.finish())
     names = ", ".join(sorted({r.name or "?" for r in rules}))
     raise RewriteLoopError(
         f"rewrite rules ({names}) still changed graph {graph.name!r} after {MAX_SWEEPS} sweeps; "

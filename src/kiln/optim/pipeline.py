@@ -48,6 +48,7 @@ from .fuse_layer_norm import fuse_layer_norm
 from .fuse_rms_norm import fuse_rms_norm
 from .fuse_softmax import fuse_softmax
 from .lower_contiguous_writes import lower_contiguous_writes
+from .pattern import remember_declines
 from .scatter_writes import forget_writes
 from .simplify_algebra import simplify_algebra
 from .transform import DefaultsOptions, OptimizeReport, Transform
@@ -168,10 +169,12 @@ def run_pipeline(
     start = time.perf_counter()
     current = graph
     _pause_gc()
+    remember_declines(True)  # which rules declined at which nodes, across passes
     try:
         current = _iterate(current, pipeline, max_num_iterations, options, verify, report)
     finally:
         forget_writes()  # what the passes over writes remembered of this run's graphs
+        remember_declines(False)
         _resume_gc()
     report.nodes_after = len(current.nodes)
     report.seconds = time.perf_counter() - start

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..ir.builder import GraphBuilder
 from ..ir.graph import ModelGraph, Node, Value
-from ..ir.rewrite import remove_unused, substitute, topological_order
+from ..ir.rewrite import substitute, topological_order
+from .pattern import prune
 
 __all__ = [
     "SCATTERS",
@@ -410,4 +411,4 @@ def splice(
     constants = [*graph.constants, *builder.constants]
     defined = [*graph.input_values, *(c.value for c in constants)]
     spliced = graph.with_body(topological_order(body, defined), constants=constants)
-    return remove_unused(spliced)[0]
+    return prune(spliced)[0]

@@ -33,10 +33,11 @@ from .. import dtypes
 from ..errors import KilnError
 from ..ir.builder import GraphBuilder
 from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value
-from ..ir.rewrite import remove_unused, topological_order
+from ..ir.rewrite import topological_order
 from ..ir.rewrite import uses as count_uses
 from ..ops.batching import batching_rule
 from ..ops.registry import PURE, get_op
+from .pattern import prune
 from .transform import DefaultsOptions, transform
 
 __all__ = ["vectorize_loops", "MIN_ITERATIONS", "MIN_ACCUMULATION"]
@@ -646,4 +647,4 @@ def _vectorize_graph(
         body.extend(replacements.get(node.name, (node,)))
     defined = [*graph.input_values, *(c.value for c in constants)]
     rebuilt = graph.with_body(topological_order(body, defined), constants=constants)
-    return remove_unused(rebuilt)[0], len(replacements)
+    return prune(rebuilt)[0], len(replacements)
