@@ -34,6 +34,8 @@ def cases(lib: Any, a: Any, b: Any, m: Any) -> dict[str, Callable[[], Any]]:
         "a * 2.0": lambda: a * 2.0,
         "a.sum()": lambda: a.sum(),
         "a.sum(axis=0)": lambda: a.sum(axis=0),
+        "sum(a, axis=0)": lambda: lib.sum(a, axis=0),
+        "a.mean(axis=0)": lambda: a.mean(axis=0),
         "exp(a)": lambda: lib.exp(a),
         "a[1:3]": lambda: a[1:3],
         "a.reshape(2, 4)": lambda: a.reshape(2, 4),

@@ -26,6 +26,8 @@ OPS: dict[str, Callable[..., Any]] = {
     "2 - a": lambda lib, a, b, m: 2 - a,
     "a.sum()": lambda lib, a, b, m: a.sum(),
     "a.sum(axis=0)": lambda lib, a, b, m: a.sum(axis=0),
+    "sum(a, axis=0)": lambda lib, a, b, m: lib.sum(a, axis=0),
+    "a.mean(axis=0)": lambda lib, a, b, m: a.mean(axis=0),
     "exp(a)": lambda lib, a, b, m: lib.exp(a),
     "a[1:3]": lambda lib, a, b, m: a[1:3],
     "a[::-2]": lambda lib, a, b, m: a[::-2],
@@ -200,9 +202,10 @@ def test_errors_on_a_planned_signature_are_the_front_doors() -> None:
 
 def test_reduction_keys_leave_out_the_datas_contents() -> None:
     # ReduceSum's infer never reads the data: a small float tensor's contents must not join
-    # the eager key (one entry serves every value). Its axes' contents join it only where the
-    # result's shape depends on them: not for a 1-D input (every axis gives a scalar; the
-    # kernel checks the axis when it runs), but for a 2-D one.
+    # the eager key (one entry serves every value). Its axes' contents join it where the
+    # result's shape depends on them (a 2-D input), and where they choose the faster call
+    # (``np.add.reduce`` with the axes bound, OpDef.fast_kernel) even though the shape does
+    # not (a 1-D input: every axis gives a scalar).
     from kiln.tensor import call
 
     ktensor._eager.clear()
@@ -212,7 +215,7 @@ def test_reduction_keys_leave_out_the_datas_contents() -> None:
             x = np.arange(6.0) * k - 1.5  # 1-D float: its type carries its contents
             got = call("ReduceSum", kiln.asarray(x), axes, keepdims=0)
             _same(got, x.sum(axis=axis))
-    assert len(ktensor._eager) == 1  # the key alone
+    assert len(ktensor._eager) == 3  # the key, and one per axes' contents (never the data's)
     ktensor._eager.clear()
     m = np.arange(6.0).reshape(2, 3)
     for axis in (0, 1, 0, 1):
@@ -366,6 +369,74 @@ METHOD_CALLS: list[tuple[str, Callable[[Any, Any], Any]]] = [
     ("round", lambda x, y: [x.round(1)] if x.dtype != bool else []),
     ("functions", lambda x, y: [kiln.add(x, y), kiln.maximum(x, 1), kiln.where(x > y, x, y)]),
     ("functions 2", lambda x, y: [kiln.exp(x), kiln.sqrt(abs(x)), kiln.less(x, 2)]),
+    (
+        "ufunc functions",
+        lambda x, y: [
+            np.abs(x),
+            np.negative(x) if x.dtype != bool else np.positive(x),
+            np.floor_divide(x, y),
+            np.remainder(x, 3),
+            np.power(x, 2),
+            np.sign(x),
+            np.square(x),
+            np.floor(x),
+            np.log1p(abs(x)),
+            np.isnan(x),
+            np.logical_and(x, y),
+            np.clip(x, 0, 3),
+            np.round(x, 1),
+        ],
+    ),
+    (
+        "integer ufunc functions",
+        lambda x, y: [np.bitwise_and(x, y), np.invert(x)] if x.dtype.kind in "biu" else [],
+    ),
+    (
+        "join functions",
+        lambda x, y: [
+            np.concatenate([x, y]),
+            np.concatenate((x, x)),
+            np.concatenate([x.reshape(2, 3), y.reshape(2, 3)], axis=None),
+            np.stack([x, y], axis=1),
+            np.hstack([x, y]),
+            np.vstack((y, x)),
+        ],
+    ),
+    (
+        "shape functions",
+        lambda x, y: [
+            np.reshape(x, (2, 3)),
+            np.transpose(x.reshape(2, 3)),
+            np.swapaxes(x.reshape(2, 3), 0, 1),
+            np.moveaxis(x.reshape(1, 2, 3), 0, -1),
+            np.squeeze(x.reshape(1, 6), axis=0),
+            np.expand_dims(x, (0, -1)),
+            np.flip(x),
+            np.broadcast_to(x, (2, 6)),
+            np.ravel(x.reshape(3, 2)),
+        ],
+    ),
+    (
+        "linalg functions",
+        lambda x, y: [
+            np.matmul(x.reshape(2, 3), y.reshape(3, 2)),
+            np.dot(x, y),
+            np.vdot(x, y),
+            np.inner(x, y),
+            np.outer(x, y),
+        ],
+    ),
+    (
+        "reduce functions",
+        lambda x, y: [
+            np.sum(x, axis=0),
+            kiln.sum(x.reshape(2, 3), axis=(0, 1), keepdims=True),
+            np.mean(x.reshape(3, 2), axis=-1),
+            np.argmax(x),
+            np.cumsum(x.reshape(2, 3), axis=1),
+            np.prod(x, dtype=np.int64),
+        ],
+    ),
 ]
 
 
@@ -400,3 +471,155 @@ def test_planned_methods_replay_the_front_doors_answer(name: str, fn: Callable) 
             finally:
                 ktensor.EAGER_CACHE = True
             assert planned == full, (dtype, k)
+
+
+# Reductions with keywords (``t.sum(axis=0)``, ``np.sum(t, axis=(0, -1), keepdims=True)``):
+# planned per signature, each replaying the NumPy engine's direct call (``ufunc.reduce`` with
+# the axes bound, ``x.argmax(axis)``, ``x.cumsum(axis, dtype)``); NumPy's answer bit for bit,
+# and NumPy's error type where NumPy refuses.
+REDUCTION_CALLS: list[tuple[str, Callable[[Any, Any], Any]]] = [
+    ("sum axis", lambda lib, x: x.sum(axis=0)),
+    ("sum -1 keepdims", lambda lib, x: x.sum(axis=-1, keepdims=True)),
+    ("sum tuple", lambda lib, x: x.sum(axis=(0, -1))),
+    ("sum tuple reversed", lambda lib, x: x.sum(axis=(-1, 0), keepdims=True)),
+    ("sum empty tuple", lambda lib, x: x.sum(axis=())),
+    ("sum dtype", lambda lib, x: x.sum(axis=1, dtype=np.float32)),
+    ("sum dtype int8", lambda lib, x: x.sum(0, np.int8)),
+    ("sum positional", lambda lib, x: x.sum(1)),
+    ("np.sum", lambda lib, x: np.sum(x, axis=0)),
+    ("lib.sum keepdims", lambda lib, x: lib.sum(x, axis=1, keepdims=True)),
+    ("mean", lambda lib, x: x.mean(axis=0)),
+    ("mean all", lambda lib, x: x.mean()),
+    ("mean keepdims", lambda lib, x: np.mean(x, axis=(0, 1), keepdims=True)),
+    ("mean float32", lambda lib, x: x.mean(axis=1, dtype=np.float32)),
+    ("prod", lambda lib, x: x.prod(axis=-1)),
+    ("max min", lambda lib, x: [x.max(axis=0), x.min(axis=-1, keepdims=True)]),
+    ("np.max", lambda lib, x: np.max(x, axis=1)),
+    ("argmax", lambda lib, x: [x.argmax(axis=1), x.argmin(axis=0), x.argmax()]),
+    ("np.argmax keepdims", lambda lib, x: np.argmax(x, axis=-1, keepdims=True)),
+    ("any all", lambda lib, x: [x.any(axis=0), np.all(x, axis=1, keepdims=True)]),
+    ("cumsum", lambda lib, x: [x.cumsum(axis=0), x.cumsum(axis=-1), np.cumsum(x, axis=1)]),
+    ("var std", lambda lib, x: [x.var(axis=0), x.std(axis=1, ddof=1)]),
+    ("axis out of range", lambda lib, x: x.sum(axis=2)),
+    ("duplicate axis", lambda lib, x: x.sum(axis=(0, 0))),
+    ("argmax out of range", lambda lib, x: x.argmax(axis=-3)),
+    ("cumsum out of range", lambda lib, x: x.cumsum(axis=5)),
+]
+
+
+def _numpy_outcome(fn: Callable[..., Any], x: np.ndarray) -> Any:
+    with np.errstate(all="ignore"):
+        try:
+            result = fn(np, x)
+        except Exception as exc:  # noqa: BLE001 - the error type kiln must raise too
+            return type(exc)
+    results = result if isinstance(result, list) else [result]
+    return [(np.asarray(r).dtype, np.asarray(r).shape, np.asarray(r).tobytes()) for r in results]
+
+
+def _kiln_outcome(fn: Callable[..., Any], x: np.ndarray) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kernels stay quiet, replayed or not
+        try:
+            result = fn(kiln, kiln.asarray(x))
+        except Exception as exc:  # noqa: BLE001
+            return type(exc)
+    results = result if isinstance(result, list) else [result]
+    assert all(isinstance(r, kiln.Tensor) for r in results)
+    return [(np.asarray(r).dtype, np.asarray(r).shape, np.asarray(r).tobytes()) for r in results]
+
+
+@pytest.mark.parametrize(("name", "fn"), REDUCTION_CALLS, ids=[c[0] for c in REDUCTION_CALLS])
+def test_reductions_with_keywords_replay_numpy(name: str, fn: Callable) -> None:
+    shapes = [(3, 4), (2, 5), (3, 4)]  # the first shape again: replayed after another
+    for k in range(3):  # recorded, then replayed on new values
+        for shape in shapes:
+            for dtype in ("float64", "float32", "float16", "int64", "int8", "uint8", "bool"):
+                rng = np.random.default_rng(k)
+                x = (rng.standard_normal(shape) * 50).astype(dtype)
+                if dtype == "float64" and k == 1:
+                    x[0, 1] = np.nan
+                expected = _numpy_outcome(fn, x)
+                got = _kiln_outcome(fn, x)
+                if isinstance(expected, type):
+                    assert isinstance(got, type) and issubclass(got, expected), (dtype, shape)
+                else:
+                    assert got == expected, (dtype, shape, k)
+
+
+FAST_CASES: list[tuple[str, tuple[int, ...], Any, dict[str, int]]] = [
+    ("ReduceMean", (3, 4), (1,), {"keepdims": 0}),
+    ("ReduceMean", (3, 4), (-1, 0), {"keepdims": 1}),
+    ("ReduceMean", (5,), (0,), {"keepdims": 0}),
+    ("ReduceMean", (2, 3), None, {"keepdims": 0}),
+    ("ReduceMean", (0, 3), (0,), {"keepdims": 0}),  # an empty mean: NaN
+    ("ReduceMean", (2, 3), (), {"keepdims": 1, "noop_with_empty_axes": 1}),
+    ("ArgMax", (3, 4), None, {"axis": 1, "keepdims": 0}),
+    ("ArgMax", (3, 4), None, {"axis": -2, "keepdims": 1}),
+    ("ArgMin", (6,), None, {"axis": 0, "keepdims": 0}),
+    ("ArgMin", (0, 3), None, {"axis": 1, "keepdims": 1}),
+    ("ArgMax", (3, 4), None, {"axis": 1, "keepdims": 0, "select_last_index": 1}),
+    ("CumSum", (3, 4), 1, {}),
+    ("CumSum", (3, 4), -2, {}),
+    ("CumSum", (7,), 0, {}),
+    ("CumSum", (2, 0), -1, {}),
+    ("CumSum", (3, 4), 1, {"exclusive": 1}),
+    ("CumSum", (3, 4), 0, {"reverse": 1}),
+]
+
+
+@pytest.mark.parametrize(("op", "shape", "axes", "attrs"), FAST_CASES)
+@pytest.mark.parametrize(
+    "dtype", ["float16", "float32", "float64", "complex64", "int32", "int64", "uint8", "bool"]
+)
+def test_fast_reduction_calls_equal_the_kernel(op, shape, axes, attrs, dtype) -> None:
+    """The direct calls the eager door and the NumPy engine choose for ReduceMean, ArgMax /
+    ArgMin and CumSum (``OpDef.fast_kernel``) equal the registry kernel bit for bit."""
+    from kiln.ops.dispatch import eager_kernel, run_kernel, run_quiet
+    from kiln.ops.registry import TensorType, get_op
+
+    opdef = get_op(op)
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 1e3).astype(dt)
+    if dt.kind == "f" and x.size > 2:
+        x.flat[2] = np.nan
+    arrays: list[Any] = [x]
+    types: list[Any] = [TensorType(dt, shape)]
+    if axes is not None:
+        a = np.asarray(axes, dtype=np.int64).reshape(-1 if op != "CumSum" else ())
+        arrays.append(a)
+        types.append(TensorType(a.dtype, a.shape, tuple(int(v) for v in a.reshape(-1))))
+    bound = opdef.bind_attrs(attrs)
+    try:
+        outs = opdef.infer(types, bound)
+    except Exception:  # noqa: BLE001 - a dtype the operator does not take
+        pytest.skip(f"{op} does not take {dtype}")
+    (want,) = run_kernel(opdef, arrays, bound)
+    fast = opdef.fast_kernel(types, outs, bound)
+    if op == "ReduceMean" and dt.kind not in "fc":
+        assert fast is None  # integer means truncate: the registry kernel
+    elif attrs.get("select_last_index") or attrs.get("exclusive") or attrs.get("reverse"):
+        assert fast is None
+    else:
+        assert fast is not None
+    (got,) = run_quiet(eager_kernel(opdef, types, outs, bound), arrays)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def test_a_sequence_of_tensors_is_keyed_by_each_tensor_and_repeats() -> None:
+    # np.concatenate([t, t]) and np.concatenate([t, u]) have the same dtypes and shapes; the
+    # first reads one array twice, so replaying its plan on [t, u] would hand back t's values.
+    t = kiln.asarray(np.array([1.0, 2.0]))
+    u = kiln.asarray(np.array([3.0, 4.0]))
+    for _ in range(2):
+        assert np.concatenate([t, t]).tolist() == [1.0, 2.0, 1.0, 2.0]
+        assert np.concatenate([t, u]).tolist() == [1.0, 2.0, 3.0, 4.0]
+        assert np.concatenate((u, t)).tolist() == [3.0, 4.0, 1.0, 2.0]
+        assert kiln.stack([u, u, t]).tolist() == [[3.0, 4.0], [3.0, 4.0], [1.0, 2.0]]
+    # A list mixing tensors and arrays, or holding a recorded tensor, is not planned: the
+    # front door runs (and gives NumPy's answer).
+    for _ in range(2):
+        got = np.concatenate([t, np.array([5.0])])
+        assert np.asarray(got).tolist() == [1.0, 2.0, 5.0]

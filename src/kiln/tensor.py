@@ -573,10 +573,12 @@ def from_dlpack(x: Any) -> Tensor:
 # inputs: Reshape's target, a reduction's axes). The first call with a given key runs the full
 # validation; later calls with the same key go straight to the kernel. A key records whether
 # ``infer`` gave the same answer without the inputs' contents; where it did not, the contents
-# of the small inputs join the key. A kernel that raises on a cached key sends the call down the
-# full path, which raises the error that names the operator. The hot path builds one flat key
-# tuple for one or two inputs (no per-call lists), and each entry knows once whether its
-# results need the aliasing check of :func:`fresh_outputs`.
+# of the small inputs join the key (so do those the operator's ``fast_kernel`` reads to give
+# its direct call: a reduction's axes, even where the result's shape does not depend on them).
+# A kernel that raises on a cached key sends the call down the full path, which raises the
+# error that names the operator. The hot path builds one flat key tuple for one or two inputs
+# (no per-call lists), and each entry knows once whether its results need the aliasing check
+# of :func:`fresh_outputs`.
 
 EAGER_CACHE = True  # False: every eager call takes the full path (benchmarks compare the two)
 _EAGER_LIMIT = 4096  # entries; the cache is emptied when it fills (distinct keys are few)
@@ -721,6 +723,7 @@ def _eager_first(
     if attrs and not all(_keyable(v) for v in attrs.values()):
         return results  # not cached: every such call takes the full path
     needs = _needed_contents(opdef, types, outs, bound)
+    needs = _fast_contents(opdef, types, outs, bound, needs)
     previous = _eager.get(base)
     if previous is not None and previous.needs:  # once contents mattered, they stay in the key
         needs = tuple(sorted(set(needs) | set(previous.needs)))
@@ -768,6 +771,45 @@ def _needed_contents(
     if not same_without(set(carrying) - set(needs)):
         return tuple(carrying)
     return needs
+
+
+def _fast_contents(
+    opdef: OpDef,
+    types: Sequence[TensorType | None],
+    outs: Sequence[TensorType],
+    attrs: Any,
+    needs: tuple[int, ...],
+) -> tuple[int, ...]:
+    """``needs`` with the inputs whose contents the operator's ``fast_kernel`` reads to give
+    its faster call (a reduction's axes when ``infer`` did not need them: the sum over axis 0
+    of a vector has shape ``()`` whatever the axes say), so that the kernel chosen with those
+    contents is keyed on them; ``needs`` unchanged when the fast call is found without more
+    contents, or not even with them."""
+    if opdef.fast_kernel is None:
+        return needs
+    carrying = [
+        i for i, t in enumerate(types) if t is not None and t.value is not None and i not in needs
+    ]
+    if not carrying:
+        return needs
+
+    def fast_with(kept: set[int]) -> bool:
+        stripped = [
+            t if t is None or i in kept else TensorType(t.dtype, t.shape)
+            for i, t in enumerate(types)
+        ]
+        try:
+            return opdef.fast_kernel(stripped, outs, attrs) is not None  # type: ignore[misc]
+        except Exception:
+            return False
+
+    known = set(needs)
+    if fast_with(known) or not fast_with(known | set(carrying)):
+        return needs
+    extra = [i for i in carrying if not fast_with(known | set(carrying) - {i})]
+    if not fast_with(known | set(extra)):
+        extra = carrying
+    return tuple(sorted(known | set(extra)))
 
 
 def _full(
@@ -960,6 +1002,19 @@ def _signature(
     before, ``"s"`` a Python value, ``"k"`` a keyword), so two keys are only ever compared item
     by item where their items are of one kind (never a dtype with a Python value).
     """
+    if tensor_args == 1 and args and type(args[0]) is Tensor:
+        # One tensor and Python values (t.reshape(2, 4), t.sum(axis=0)): the key the general
+        # loop below makes, without its lists.
+        xd = args[0]._data
+        if xd is None or args[0]._trace is not None:
+            raise _NoPlan
+        parts: list[Any] = ["t" + "s" * (len(args) - 1) + "k" * len(kwargs), xd.dtype, xd.shape]
+        for value in args[1:]:
+            parts.append(_static_key(value))
+        for name, value in kwargs.items():
+            parts.append(name)
+            parts.append(_static_key(value))
+        return tuple(parts), [xd]
     if not kwargs and 0 < len(args) <= 2:  # the common case, without the general loop
         x = args[0]
         if type(x) is Tensor and tensor_args:
@@ -981,9 +1036,27 @@ def _signature(
     key: list[Any] = []
     arrays: list[np.ndarray] = []
     for i, value in enumerate(args):
+        items: Sequence[Tensor]
         if i < tensor_args and type(value) is Tensor:
-            data = value._data
-            if data is None or value._trace is not None:
+            items = (value,)
+        elif (
+            i < tensor_args
+            and (type(value) is list or type(value) is tuple)
+            and value
+            and all(type(v) is Tensor for v in value)
+        ):
+            # A sequence of tensors (np.concatenate([t, u])): its kind and length, then each
+            # tensor as an argument of its own.
+            pattern.append("l")
+            key.append((type(value), len(value)))
+            items = value
+        else:
+            pattern.append("s")
+            key.append(_static_key(value))
+            continue
+        for t in items:
+            data = t._data
+            if data is None or t._trace is not None:
                 raise _NoPlan
             for j, seen in enumerate(arrays):
                 if seen is data:  # the same array twice (x * x): its own key
@@ -995,9 +1068,6 @@ def _signature(
                 key.append(data.dtype)
                 key.append(data.shape)
             arrays.append(data)
-        else:
-            pattern.append("s")
-            key.append(_static_key(value))
     for name, value in kwargs.items():
         pattern.append("k")
         key.append(name)
@@ -1036,7 +1106,7 @@ def _compile_plan(
         _quiet=quiet_state,
         _nd=np.ndarray,
         _scalar=np.generic,
-        _asarray=np.asarray,
+        _asarray=getattr(np.asarray, "__kiln_original__", np.asarray),  # never the routed one
         _outputs=as_outputs,
         _fresh=fresh_outputs,
         _new=_new_tensor,
@@ -1181,6 +1251,15 @@ def eager_plan(
                             key = ("tr", xd.dtype, xd.shape, 0)
                         else:
                             key = ("tt", xd.dtype, xd.shape, yd.dtype, yd.shape)
+                    elif (
+                        type(x) is Tensor
+                        and type(y) is not Tensor
+                        and x._trace is None
+                        and tensor_args
+                    ):
+                        xd = x._data  # t * 2.0, t[1:3]: as _signature keys it
+                        arrays = [xd]
+                        key = ("ts", xd.dtype, xd.shape, _static_key(y))
                     else:
                         key, arrays = _signature((x, y), {}, tensor_args)
                     plan = plans.get(key, False)
@@ -1199,12 +1278,19 @@ def eager_plan(
                 key: tuple[Any, ...]
                 arrays: list[Any]
                 try:
-                    if len(args) == 1 and not kwargs and type(args[0]) is Tensor:
-                        xd = args[0]._data  # t.sum(), -t, kiln.exp(t): as _signature keys it
+                    if len(args) == 1 and type(args[0]) is Tensor:
+                        xd: Any = args[0]._data  # t.sum(), -t, kiln.exp(t): as _signature
                         if args[0]._trace is not None or not tensor_args:
                             raise _NoPlan
                         arrays = [xd]
-                        key = ("t", xd.dtype, xd.shape)
+                        if not kwargs:
+                            key = ("t", xd.dtype, xd.shape)
+                        else:  # t.sum(axis=0, keepdims=True): as _signature keys it
+                            parts: list[Any] = ["t" + "k" * len(kwargs), xd.dtype, xd.shape]
+                            for name, value in kwargs.items():
+                                parts.append(name)
+                                parts.append(_static_key(value))
+                            key = tuple(parts)
                     elif len(args) == 2 and not kwargs:
                         return front_door_2(*args)
                     else:

@@ -112,6 +112,21 @@ ONES = np.ones((2, 3), np.float32)
         ),
         ("onnxruntime", lambda a, b: a // b, (np.ones(3, np.int32),) * 2, "Div", "zero divisor"),
         ("jax", lambda x: np.cumsum(x), (np.ones(8, np.float32),), "CumSum", "floating-point"),
+        # fuzz 25:112: onnxruntime's int64 product of int32 values saturates, its sums round
+        (
+            "onnxruntime",
+            lambda a: a.prod(axis=1),
+            (np.ones((2, 3), np.int32),),
+            "ReduceProd",
+            "integer",
+        ),
+        (
+            "onnxruntime",
+            lambda a: a.sum(axis=0),
+            (np.ones((2, 3), np.int64),),
+            "ReduceSum",
+            "integer",
+        ),
     ],
 )
 def test_refusal_names_node_op_and_reason(engine, fn, args, op, why) -> None:

@@ -27,6 +27,7 @@ def _complex(t: Tensor) -> bool:
 
 
 @implements(np.real)
+@eager_plan(1)
 def real(x: Any) -> Tensor:
     """The real part of each element (``np.real``); a real tensor is returned as it is.
 
@@ -40,6 +41,7 @@ def real(x: Any) -> Tensor:
 
 
 @implements(np.imag)
+@eager_plan(1)
 def imag(x: Any) -> Tensor:
     """The imaginary part of each element (``np.imag``); zeros of a real tensor's dtype.
 
@@ -71,6 +73,7 @@ conj = conjugate
 
 
 @implements(np.angle)
+@eager_plan(1)
 def angle(z: Any, deg: bool = False) -> Tensor:
     """The angle of each element, ``atan2(imag, real)`` in radians (degrees with ``deg``), as
     ``np.angle``: float32 for complex64, and for real input the dtype ``np.arctan2(0, z)`` has.

@@ -251,6 +251,7 @@ def _float_divmod(a: Tensor, b: Tensor, want: str) -> Tensor:
 
 
 @implements(np.floor_divide)
+@eager_plan(2)
 def floor_divide(x: Any, y: Any) -> Tensor:
     """``x // y``: the floor of the quotient, for negative operands too (Python semantics).
 
@@ -276,6 +277,7 @@ def floor_divide(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.remainder)
+@eager_plan(2)
 def remainder(x: Any, y: Any) -> Tensor:
     """``x % y`` with the sign of the divisor (Python / ``np.remainder`` semantics).
 
@@ -307,6 +309,7 @@ _POW_WIDE = {
 
 
 @implements(np.power)
+@eager_plan(2)
 def power(x: Any, y: Any) -> Tensor:
     """``x ** y``. An integer base to a known negative integer exponent raises ``ValueError``
     as NumPy does.
@@ -357,6 +360,7 @@ def power_operator(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.negative)
+@eager_plan(1)
 def negative(x: Any) -> Tensor:
     """``-x``; unsigned integers wrap around as NumPy (``-uint8(1) == 255``).
 
@@ -372,6 +376,7 @@ def negative(x: Any) -> Tensor:
 
 
 @implements(np.positive)
+@eager_plan(1)
 def positive(x: Any) -> Tensor:
     """``+x``: a new tensor with the same values (as NumPy's, a copy).
 
@@ -385,6 +390,7 @@ def positive(x: Any) -> Tensor:
 
 
 @implements(np.absolute)
+@eager_plan(1)
 def absolute(x: Any) -> Tensor:
     """``|x|``; unsigned integers and bools are returned unchanged.
 
@@ -405,6 +411,7 @@ abs = absolute  # noqa: A001 - NumPy's name
 
 
 @implements(np.sign)
+@eager_plan(1)
 def sign(x: Any) -> Tensor:
     """-1, 0 or 1 by the sign of each element (NaN stays NaN).
 
@@ -418,6 +425,7 @@ def sign(x: Any) -> Tensor:
 
 
 @implements(np.square)
+@eager_plan(1)
 def square(x: Any) -> Tensor:
     """``x * x``.
 
@@ -431,6 +439,7 @@ def square(x: Any) -> Tensor:
 
 
 @implements(np.reciprocal)
+@eager_plan(1)
 def reciprocal(x: Any) -> Tensor:
     """``1 / x`` in ``x``'s dtype (integers: ``1.0 / x`` truncated, so 0 for ``|x| > 1``).
 
@@ -585,6 +594,7 @@ def rad2deg(x: Any) -> Tensor:
 
 
 @implements(np.exp2)
+@eager_plan(1)
 def exp2(x: Any) -> Tensor:
     """``2 ** x``.
 
@@ -599,6 +609,7 @@ def exp2(x: Any) -> Tensor:
 
 
 @implements(np.expm1)
+@eager_plan(1)
 def expm1(x: Any) -> Tensor:
     """``exp(x) - 1``, accurate near 0: NumPy's own ``expm1`` (``kiln.Expm1``, whose ONNX form
     is ``tanh(x / 2) * (exp(x) + 1)`` near 0).
@@ -613,6 +624,7 @@ def expm1(x: Any) -> Tensor:
 
 
 @implements(np.log1p)
+@eager_plan(1)
 def log1p(x: Any) -> Tensor:
     """``log(1 + x)``, accurate near 0: NumPy's own ``log1p`` (``kiln.Log1p``, whose ONNX
     form is Goldberg's correction ``log(u) * x / (u - 1)`` for ``u = 1 + x``).
@@ -634,6 +646,7 @@ def _log_base(name: str, ufunc: np.ufunc, x: Any, base: float) -> Tensor:
 
 
 @implements(np.log2)
+@eager_plan(1)
 def log2(x: Any) -> Tensor:
     """The base-2 logarithm.
 
@@ -646,6 +659,7 @@ def log2(x: Any) -> Tensor:
 
 
 @implements(np.log10)
+@eager_plan(1)
 def log10(x: Any) -> Tensor:
     """The base-10 logarithm.
 
@@ -668,6 +682,7 @@ def _integral(name: str, ufunc: np.ufunc, op: str, x: Any) -> Tensor:
 
 
 @implements(np.floor)
+@eager_plan(1)
 def floor(x: Any) -> Tensor:
     """The largest integer <= each element (integers unchanged, dtype kept).
 
@@ -680,6 +695,7 @@ def floor(x: Any) -> Tensor:
 
 
 @implements(np.ceil)
+@eager_plan(1)
 def ceil(x: Any) -> Tensor:
     """The smallest integer >= each element (integers unchanged, dtype kept).
 
@@ -692,6 +708,7 @@ def ceil(x: Any) -> Tensor:
 
 
 @implements(np.trunc)
+@eager_plan(1)
 def trunc(x: Any) -> Tensor:
     """Each element rounded toward zero (integers unchanged, dtype kept).
 
@@ -707,6 +724,7 @@ def trunc(x: Any) -> Tensor:
 
 
 @implements(np.rint)
+@eager_plan(1)
 def rint(x: Any) -> Tensor:
     """Each element rounded to the nearest integer, halves to even (integers become floats,
     as NumPy).
@@ -746,6 +764,7 @@ def _round_impl(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
 
 
 @implements(np.round)
+@eager_plan(1)
 def round(a: Any, decimals: int = 0, out: Any = None) -> Tensor:  # noqa: A001 - NumPy's name
     """Each element rounded to ``decimals`` decimal places, halves to even (as ``np.round``).
 
@@ -762,6 +781,7 @@ def round(a: Any, decimals: int = 0, out: Any = None) -> Tensor:  # noqa: A001 -
 
 
 @implements(np.around)
+@eager_plan(1)
 def around(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
     """:func:`round` under its older NumPy name.
 
@@ -918,6 +938,7 @@ def _truth(name: str, ufunc: np.ufunc, *operands: Any) -> list[Tensor]:
 
 
 @implements(np.logical_and)
+@eager_plan(2)
 def logical_and(x: Any, y: Any) -> Tensor:
     """The truth value of ``x and y`` elementwise.
 
@@ -930,6 +951,7 @@ def logical_and(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.logical_or)
+@eager_plan(2)
 def logical_or(x: Any, y: Any) -> Tensor:
     """The truth value of ``x or y`` elementwise.
 
@@ -942,6 +964,7 @@ def logical_or(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.logical_xor)
+@eager_plan(2)
 def logical_xor(x: Any, y: Any) -> Tensor:
     """The truth value of ``bool(x) != bool(y)`` elementwise.
 
@@ -954,6 +977,7 @@ def logical_xor(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.logical_not)
+@eager_plan(1)
 def logical_not(x: Any) -> Tensor:
     """The truth value of ``not x`` elementwise.
 
@@ -971,6 +995,7 @@ def _bitwise(name: str, ufunc: np.ufunc, logic_op: str, int_op: str, x: Any, y: 
 
 
 @implements(np.bitwise_and)
+@eager_plan(2)
 def bitwise_and(x: Any, y: Any) -> Tensor:
     """``x & y`` for integers and bools.
 
@@ -983,6 +1008,7 @@ def bitwise_and(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.bitwise_or)
+@eager_plan(2)
 def bitwise_or(x: Any, y: Any) -> Tensor:
     """``x | y`` for integers and bools.
 
@@ -995,6 +1021,7 @@ def bitwise_or(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.bitwise_xor)
+@eager_plan(2)
 def bitwise_xor(x: Any, y: Any) -> Tensor:
     """``x ^ y`` for integers and bools.
 
@@ -1007,6 +1034,7 @@ def bitwise_xor(x: Any, y: Any) -> Tensor:
 
 
 @implements(np.invert)
+@eager_plan(1)
 def invert(x: Any) -> Tensor:
     """``~x``: every bit flipped for integers, logical not for bools.
 
@@ -1062,6 +1090,7 @@ def _never(a: Tensor) -> Tensor:
 
 
 @implements(np.isnan)
+@eager_plan(1)
 def isnan(x: Any) -> Tensor:
     """True where an element is NaN (never for integers and bools).
 
@@ -1077,6 +1106,7 @@ def isnan(x: Any) -> Tensor:
 
 
 @implements(np.isinf)
+@eager_plan(1)
 def isinf(x: Any) -> Tensor:
     """True where an element is +inf or -inf (never for integers and bools).
 
@@ -1092,6 +1122,7 @@ def isinf(x: Any) -> Tensor:
 
 
 @implements(np.isfinite)
+@eager_plan(1)
 def isfinite(x: Any) -> Tensor:
     """True where an element is neither NaN nor infinite (always for integers and bools).
 
@@ -1230,6 +1261,7 @@ _CLIP_UFUNC = np._core.umath.clip  # the ufunc np.clip resolves its dtypes with
 
 
 @implements(np.clip)
+@eager_plan(1)
 def clip(
     a: Any,
     a_min: Any = None,

@@ -23,10 +23,10 @@ from ..errors import OpArgumentError, OpTypeError, UnsupportedOperationError
 from ..ops.linalg import MATMUL_DTYPES
 from ..ops.rules import normalize_axis
 from ..symbolic import decide, describe
-from ..tensor import Tensor, call
+from ..tensor import Tensor, call, eager_plan
 from . import reduce
 from .numpy_protocol import implements
-from .operands import as_tensor, cast, constant, shape_tensor, ufunc_operands
+from .operands import as_tensor, cast, constant, int_vector, shape_tensor, ufunc_operands
 from .reduce import normalize_axis_arg
 
 __all__ = ["matmul", "dot", "vdot", "inner", "outer", "tensordot", "einsum", "norm"]
@@ -117,6 +117,7 @@ def _contract(
 
 
 @implements(np.matmul)
+@eager_plan(2)
 def matmul(x1: Any, x2: Any, /, out: Any = None, *, dtype: Any = None) -> Tensor:
     """The matrix product ``x1 @ x2`` with NumPy's ``np.matmul`` semantics: batch axes
     broadcast, a 1-D operand is promoted to a matrix and the added axis removed again.
@@ -137,6 +138,7 @@ def matmul(x1: Any, x2: Any, /, out: Any = None, *, dtype: Any = None) -> Tensor
 
 
 @implements(np.dot)
+@eager_plan(2)
 def dot(a: Any, b: Any, out: Any = None) -> Tensor:
     """NumPy's ``np.dot``: the product of a scalar, the inner product of vectors, the matrix
     product of matrices, and for N-D operands the sum over the last axis of ``a`` and the
@@ -160,6 +162,7 @@ def dot(a: Any, b: Any, out: Any = None) -> Tensor:
 
 
 @implements(np.vdot)
+@eager_plan(2)
 def vdot(a: Any, b: Any, /) -> Tensor:
     """The dot product of the flattened operands (NumPy's ``np.vdot`` on real numbers).
 
@@ -175,6 +178,7 @@ def vdot(a: Any, b: Any, /) -> Tensor:
 
 
 @implements(np.inner)
+@eager_plan(2)
 def inner(a: Any, b: Any, /) -> Tensor:
     """The sum over the last axes of ``a`` and ``b`` (NumPy's ``np.inner``); the result has
     shape ``a.shape[:-1] + b.shape[:-1]``; a scalar operand multiplies.
@@ -191,6 +195,7 @@ def inner(a: Any, b: Any, /) -> Tensor:
 
 
 @implements(np.outer)
+@eager_plan(2)
 def outer(a: Any, b: Any, out: Any = None) -> Tensor:
     """The outer product of the flattened operands: ``result[i, j] = a[i] * b[j]``.
 
@@ -319,7 +324,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
 def _reduce_axes(op: str, t: Tensor, axes: tuple[int, ...] | None, keepdims: bool) -> Tensor:
     if axes is None:
         return call(op, t, keepdims=int(keepdims))
-    axes_t = constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+    axes_t = int_vector(tuple(int(a) for a in axes))
     return call(op, t, axes_t, keepdims=int(keepdims), noop_with_empty_axes=int(not axes))
 
 
@@ -355,4 +360,4 @@ def _matrix_norm(t: Tensor, ord: float, axes: tuple[int, ...], keepdims: bool) -
     result = extreme(sums, axis=col_axis, keepdims=True)
     if keepdims:
         return result
-    return call("Squeeze", result, constant(np.asarray(sorted(axes), dtype=np.int64)))
+    return call("Squeeze", result, int_vector(tuple(sorted(int(a) for a in axes))))

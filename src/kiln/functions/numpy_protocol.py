@@ -77,6 +77,15 @@ def _describe_ufunc(ufunc: np.ufunc, method: str) -> str:
 
 def array_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     """``Tensor.__array_ufunc__``."""
+    if method == "__call__" and not kwargs:  # np.exp(t), np.add(t, 1): the common case
+        impl = HANDLED_UFUNCS.get((ufunc, method))
+        if impl is not None:
+            try:
+                return impl(*inputs)
+            except CaptureError:
+                raise
+            except _KILN_FAILURES as exc:
+                return _fallback(_describe_ufunc(ufunc, method), ufunc, inputs, kwargs, cause=exc)
     name = _describe_ufunc(ufunc, method)
     func = getattr(ufunc, method)
     if method == "at" and isinstance(inputs[0], Tensor) and not kwargs:

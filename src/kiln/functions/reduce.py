@@ -30,10 +30,18 @@ from ..ops.reduce import ACCUMULATE_DTYPES, ORDERED_DTYPES
 from ..ops.rules import normalize_axis
 from ..symbolic import Dim, SymDim, decide, describe, floordiv, specialize
 from ..symbolic import prod as dim_prod
-from ..tensor import Tensor, call, dispatch
+from ..tensor import Tensor, call, dispatch, eager_plan
 from .elementwise import add, multiply, subtract
 from .numpy_protocol import implements
-from .operands import as_tensor, cast, constant, shape_tensor, size_scalar, ufunc_operands
+from .operands import (
+    as_tensor,
+    cast,
+    constant,
+    int_vector,
+    shape_tensor,
+    size_scalar,
+    ufunc_operands,
+)
 
 __all__ = [
     "sum",
@@ -166,7 +174,9 @@ def _reduce(op: str, x: Tensor, axes: tuple[int, ...] | None, keepdims: bool) ->
     """``op`` over ``axes`` (``None``: every axis; ``()``: none, each element on its own)."""
     if axes is None:
         return call(op, x, keepdims=int(keepdims))
-    axes_t = constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+    # One shared read-only tensor per axes: a tracer finds its graph constant by identity
+    # (an unrolled loop reducing over the same axes builds no new constant each time).
+    axes_t = int_vector(tuple(int(a) for a in axes))
     return call(op, x, axes_t, keepdims=int(keepdims), noop_with_empty_axes=int(not axes))
 
 
@@ -266,6 +276,7 @@ def _size_as(size: Dim, dtype: np.dtype) -> Tensor:
 
 
 @implements(np.sum)
+@eager_plan(1)
 def sum(  # noqa: A001 - NumPy's name
     a: Any,
     axis: Any = None,
@@ -294,6 +305,7 @@ def sum(  # noqa: A001 - NumPy's name
 
 
 @implements(np.prod)
+@eager_plan(1)
 def prod(
     a: Any,
     axis: Any = None,
@@ -321,6 +333,7 @@ def prod(
 
 
 @implements(np.mean)
+@eager_plan(1)
 def mean(
     a: Any,
     axis: Any = None,
@@ -413,6 +426,7 @@ def _extreme(
 
 
 @implements(np.max, np.amax)
+@eager_plan(1)
 def max(  # noqa: A001 - NumPy's name
     a: Any,
     axis: Any = None,
@@ -436,6 +450,7 @@ def max(  # noqa: A001 - NumPy's name
 
 
 @implements(np.min, np.amin)
+@eager_plan(1)
 def min(  # noqa: A001 - NumPy's name
     a: Any,
     axis: Any = None,
@@ -488,6 +503,7 @@ def _arg(name: str, op: str, a: Any, axis: Any, keepdims: bool, out: Any) -> Ten
 
 
 @implements(np.argmax)
+@eager_plan(1)
 def argmax(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Tensor:
     """The int64 index of the maximum along ``axis`` (``None``: of the flattened array); the
     first one among equal values.
@@ -501,6 +517,7 @@ def argmax(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False)
 
 
 @implements(np.argmin)
+@eager_plan(1)
 def argmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Tensor:
     """The int64 index of the minimum along ``axis`` (``None``: of the flattened array); the
     first one among equal values.
@@ -552,6 +569,7 @@ def _variance(
 
 
 @implements(np.var)
+@eager_plan(1)
 def var(
     a: Any,
     axis: Any = None,
@@ -576,6 +594,7 @@ def var(
 
 
 @implements(np.std)
+@eager_plan(1)
 def std(
     a: Any,
     axis: Any = None,
@@ -603,6 +622,7 @@ def std(
 
 
 @implements(np.any)
+@eager_plan(1)
 def any(  # noqa: A001 - NumPy's name
     a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *, where: Any = _UNSET
 ) -> Tensor:
@@ -619,6 +639,7 @@ def any(  # noqa: A001 - NumPy's name
 
 
 @implements(np.all)
+@eager_plan(1)
 def all(  # noqa: A001 - NumPy's name
     a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *, where: Any = _UNSET
 ) -> Tensor:
@@ -635,6 +656,7 @@ def all(  # noqa: A001 - NumPy's name
 
 
 @implements(np.count_nonzero)
+@eager_plan(1)
 def count_nonzero(a: Any, axis: Any = None, *, keepdims: bool = False) -> Tensor:
     """The number of nonzero elements along ``axis``, as int64.
 
@@ -651,6 +673,7 @@ def count_nonzero(a: Any, axis: Any = None, *, keepdims: bool = False) -> Tensor
 
 
 @implements(np.cumsum)
+@eager_plan(1)
 def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Tensor:
     """Running sums along ``axis`` (``None``: of the flattened array), NumPy's ``np.cumsum``;
     bool and small integers sum in int64.
@@ -776,7 +799,7 @@ def _nan_lanes(x: Tensor, axis: int, result: Tensor) -> Tensor:
 
 
 def _axes_tensor(axes: list[int]) -> Tensor:
-    return constant(np.asarray(axes, dtype=np.int64).reshape(len(axes)))
+    return int_vector(tuple(int(a) for a in axes))
 
 
 @implements(np.median)

@@ -35,7 +35,7 @@ from ..symbolic import (
     format_shape,
     specialize,
 )
-from ..tensor import Tensor, call
+from ..tensor import Tensor, call, eager_plan
 from .numpy_protocol import implements
 from .operands import (
     as_tensor,
@@ -130,6 +130,7 @@ def _static(d: Dim) -> bool:
 
 
 @implements(np.reshape)
+@eager_plan(1)
 def reshape(
     a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None
 ) -> Tensor:
@@ -189,6 +190,7 @@ def _reshape_dims(target: Any) -> tuple[Any, ...]:
 
 
 @implements(np.ravel)
+@eager_plan(1)
 def ravel(a: Any, order: str = "C") -> Tensor:
     """``a`` flattened to 1-D.
 
@@ -201,6 +203,7 @@ def ravel(a: Any, order: str = "C") -> Tensor:
 
 
 @implements(np.transpose)
+@eager_plan(1)
 def transpose(a: Any, axes: Any = None) -> Tensor:
     """``a`` with its axes permuted (reversed by default); negative axes allowed.
 
@@ -222,6 +225,7 @@ def transpose(a: Any, axes: Any = None) -> Tensor:
 
 
 @implements(np.matrix_transpose)
+@eager_plan(1)
 def matrix_transpose(x: Any) -> Tensor:
     """The last two axes swapped (``x.mT``).
 
@@ -237,6 +241,7 @@ def matrix_transpose(x: Any) -> Tensor:
 
 
 @implements(np.swapaxes)
+@eager_plan(1)
 def swapaxes(a: Any, axis1: int, axis2: int) -> Tensor:
     """``a`` with two axes interchanged.
 
@@ -253,6 +258,7 @@ def swapaxes(a: Any, axis1: int, axis2: int) -> Tensor:
 
 
 @implements(np.moveaxis)
+@eager_plan(1)
 def moveaxis(a: Any, source: Any, destination: Any) -> Tensor:
     """``a`` with axes ``source`` moved to positions ``destination`` (others keep their order).
 
@@ -275,6 +281,7 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Tensor:
 
 
 @implements(np.squeeze)
+@eager_plan(1)
 def squeeze(a: Any, axis: Any = None) -> Tensor:
     """``a`` without size-1 axes (all of them, or those in ``axis``, which must have size 1).
 
@@ -306,6 +313,7 @@ def squeeze(a: Any, axis: Any = None) -> Tensor:
 
 
 @implements(np.expand_dims)
+@eager_plan(1)
 def expand_dims(a: Any, axis: Any) -> Tensor:
     """``a`` with new size-1 axes at positions ``axis`` (int or tuple) of the result.
 
@@ -338,6 +346,7 @@ def _promoted(arrays: Sequence[Any], dtype: Any, casting: str, name: str) -> lis
 
 
 @implements(np.concatenate)
+@eager_plan(1)
 def concatenate(
     arrays: Sequence[Any],
     axis: int | None = 0,
@@ -375,6 +384,7 @@ def concatenate(
 
 
 @implements(np.stack)
+@eager_plan(1)
 def stack(
     arrays: Sequence[Any],
     axis: int = 0,
@@ -416,6 +426,7 @@ def _at_least(t: Tensor, ndim: int) -> Tensor:
 
 
 @implements(np.hstack)
+@eager_plan(1)
 def hstack(tup: Sequence[Any], *, dtype: Any = None, casting: str = "same_kind") -> Tensor:
     """The arrays joined column-wise (along axis 1, or axis 0 for 1-D arrays).
 
@@ -429,6 +440,7 @@ def hstack(tup: Sequence[Any], *, dtype: Any = None, casting: str = "same_kind")
 
 
 @implements(np.vstack)
+@eager_plan(1)
 def vstack(tup: Sequence[Any], *, dtype: Any = None, casting: str = "same_kind") -> Tensor:
     """The arrays joined row-wise (1-D arrays become rows).
 
@@ -605,6 +617,7 @@ def tile(A: Any, reps: Any) -> Tensor:  # noqa: N803 - NumPy's name
 
 
 @implements(np.broadcast_to)
+@eager_plan(1)
 def broadcast_to(array: Any, shape: Any, subok: bool = False) -> Tensor:
     """``array`` broadcast to ``shape`` (which may hold symbolic sizes inside a trace).
 
@@ -630,6 +643,7 @@ def broadcast_to(array: Any, shape: Any, subok: bool = False) -> Tensor:
 
 
 @implements(np.flip)
+@eager_plan(1)
 def flip(m: Any, axis: Any = None) -> Tensor:
     """``m`` with the order of elements reversed along ``axis`` (every axis by default).
 

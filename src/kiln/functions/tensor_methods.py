@@ -469,6 +469,8 @@ def set_tensor_methods() -> None:
         if name in _COMPLEX_VIA_NUMPY:
             method = _complex_via_numpy(method, _COMPLEX_VIA_NUMPY[name])
         planned = _PLANNED.get(name)
-        setattr(Tensor, name, method if planned is None else eager_plan(planned)(method))
+        if planned is not None:  # ``t[index]`` always has two arguments: the binary wrapper
+            method = eager_plan(planned, binary=name == "__getitem__")(method)
+        setattr(Tensor, name, method)
     for name, getter in _PROPERTIES.items():
         setattr(Tensor, name, property(getter))

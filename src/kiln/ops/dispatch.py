@@ -231,10 +231,15 @@ def _call_factory(template: str, arity: int, n_binds: int) -> Callable[..., Any]
     return eval(source, {})  # type: ignore[no-any-return]  # noqa: S307 - kiln's own templates
 
 
+# NumPy's own np.asarray, bound once: while a capture runs, the numpy module's is routed
+# (kiln.capture.numpy_creation), and a full reduction's scalar would pay the routing's checks.
+_np_asarray = getattr(np.asarray, "__kiln_original__", np.asarray)
+
+
 def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
     """A kernel's result as a tuple of arrays (a NumPy scalar becomes a 0-d array)."""
     if type(result) is np.ndarray:
         return (result,)
     if isinstance(result, (tuple, list)):
-        return tuple(r if type(r) is np.ndarray else np.asarray(r) for r in result)
-    return (np.asarray(result),)
+        return tuple(r if type(r) is np.ndarray else _np_asarray(r) for r in result)
+    return (_np_asarray(result),)

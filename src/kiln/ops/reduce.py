@@ -201,6 +201,22 @@ _ORT_DROPS_NAN = EngineLimit("on floating-point input (onnxruntime skips NaN)", 
 _ORT_EMPTY_OR_NAN = {"onnxruntime": any_limit(_ORT_EMPTY["onnxruntime"], _ORT_DROPS_NAN)}
 
 
+def _integer_data(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    data = inputs[0]
+    return data is not None and data.dtype.kind in "iu"
+
+
+# onnxruntime's integer sums and products are not NumPy's wrapping integer arithmetic: an
+# int64 ReduceSum past 2**53 rounds, a ReduceProd that overflows saturates (fuzz 25:112).
+_ORT_ROUNDS_INTEGERS = EngineLimit(
+    "on integer input (onnxruntime's large integer sums round and products saturate; NumPy wraps)",
+    _integer_data,
+)
+_ORT_EMPTY_OR_INTEGER = {"onnxruntime": any_limit(_ORT_EMPTY["onnxruntime"], _ORT_ROUNDS_INTEGERS)}
+
+
 def _reduction(
     name: str,
     doc: str,
@@ -261,9 +277,9 @@ def _reduction(
             engine_limits=_ORT_EMPTY_OR_NAN
             if name in ("ReduceMax", "ReduceMin")
             # float64 exp/log differ from NumPy's by ulps (tools/engine_ulps.py; issue 10)
-            else float64_differs(_ORT_EMPTY, onnxruntime=2)
+            else float64_differs(_ORT_EMPTY_OR_INTEGER, onnxruntime=2)
             if name == "ReduceLogSumExp"
-            else _ORT_EMPTY,
+            else _ORT_EMPTY_OR_INTEGER,
         )
     )
 
@@ -322,6 +338,30 @@ def _squares_fast(
         return KernelCall(call, binds)
 
     return fast
+
+
+def _mean_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """ReduceMean of a float or complex with plan-time axes and sizes: what :func:`_mean`
+    computes, the sum in the dtype over the count as a float64 (cast back where the quotient
+    is wider), in one expression."""
+    data = inputs[0]
+    if data is None or data.dtype == dtypes.bfloat16:
+        return None
+    if not (dtypes.is_floating(data.dtype) or data.dtype.kind == "c"):
+        return None
+    axes = _known_axes(len(data.shape), inputs[1] if len(inputs) > 1 else None, attrs)
+    if axes is None:
+        return None
+    sizes = [data.shape[a] for a in axes]
+    if not all(isinstance(d, int) for d in sizes):
+        return None
+    total = "{b0}({0}, {b1}, {b2}, None, {b3}) / {b4}"
+    binds = (np.add.reduce, axes, data.dtype, bool(attrs["keepdims"]), np.float64(math.prod(sizes)))
+    if data.dtype not in (dtypes.float64, dtypes.complex128):
+        total = "(" + total + ").astype({b2})"  # the quotient is float64 or complex128
+    return KernelCall(total, binds)
 
 
 def _known_axes(ndim: int, axes: Typed | None, attrs: Mapping[str, Any]) -> tuple[int, ...] | None:
@@ -598,6 +638,7 @@ _reduction(
     ACCUMULATE_DTYPES | COMPLEX,
     _ref_mean,
     (_F32, _F64, _I32),
+    fast=_mean_fast,
 )
 _reduction(
     "ReduceMax",
@@ -705,12 +746,31 @@ def _arg_reduction(name: str, pick: Callable[..., np.ndarray], doc: str) -> OpDe
         index = np.asarray(index, dtype=np.int64)
         return np.expand_dims(index, axis) if keepdims else index
 
+    method = pick.__name__  # ndarray's method of that name: np.argmax without its wrapper
+
+    def fast(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> KernelCall | None:
+        # What the kernel computes when the first index is picked: the index in int64
+        # (NumPy's intp), with the axis kept as size 1 by the method's keepdims.
+        data = inputs[0]
+        if data is None or data.dtype == dtypes.bfloat16 or attrs["select_last_index"]:
+            return None
+        ndim = len(data.shape)
+        if not ndim or np.dtype(np.intp) != dtypes.int64:
+            return None
+        axis = attrs["axis"] % ndim
+        if attrs["keepdims"]:
+            return KernelCall("{0}." + method + "({b0}, keepdims=True)", (axis,))
+        return KernelCall("{0}." + method + "({b0})", (axis,))
+
     return register(
         OpDef(
             name=name,
             doc=doc,
             inputs=(Input("data"),),
             outputs=("reduced",),
+            fast_kernel=fast,
             attrs={
                 "axis": Attr("int", 0),
                 "keepdims": Attr("int", 1),
@@ -827,6 +887,25 @@ def _cumsum_kernel(
     return np.ascontiguousarray(total).astype(x.dtype, copy=False)
 
 
+def _cumsum_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """CumSum forward and inclusive along a plan-time axis: ``x.cumsum(axis, dtype)``, what
+    the kernel computes then (a new contiguous array in the dtype)."""
+    x, axis = inputs[0], inputs[1] if len(inputs) > 1 else None
+    if x is None or axis is None or x.dtype == dtypes.bfloat16:
+        return None
+    if attrs["exclusive"] or attrs["reverse"] or not len(x.shape):
+        return None
+    known = getattr(getattr(axis, "type", axis), "value", None)  # an IR value or its type
+    if known is None or len(known) != 1 or not isinstance(known[0], (int, np.integer)):
+        return None
+    ndim = len(x.shape)
+    if not -ndim <= int(known[0]) < ndim:
+        return None
+    return KernelCall("{0}.cumsum({b0}, {b1})", (int(known[0]) % ndim, x.dtype))
+
+
 def _cumsum_reference(x: np.ndarray, axis: np.ndarray, *, exclusive: int, reverse: int) -> Any:
     ax = int(np.asarray(axis).reshape(-1)[0]) % x.ndim
     moved = np.moveaxis(x, ax, -1)
@@ -883,6 +962,7 @@ register(
         attrs={"exclusive": Attr("int", 0), "reverse": Attr("int", 0)},
         infer=_cumsum_infer,
         kernel=_cumsum_kernel,
+        fast_kernel=_cumsum_fast,
         traits=frozenset({PURE}),
         samples=_cumsum_samples,
         since_version=14,
