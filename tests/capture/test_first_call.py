@@ -261,3 +261,31 @@ def test_recording_freezes_old_objects_only_while_it_runs():
         assert gc.get_freeze_count() == count
     finally:
         gc.unfreeze()
+
+
+def test_a_long_recording_freezes_what_it_made_and_releases_it_after():
+    import gc
+
+    from kiln.capture.trace import _REFREEZE_MASK, old_objects_frozen, refreeze
+
+    counts = []
+
+    def f(x):
+        y = x
+        for _ in range(_REFREEZE_MASK + 10):  # past one refreeze
+            y = y + 1.0
+        counts.append(gc.get_freeze_count())
+        return y
+
+    before = gc.get_freeze_count()
+    assert before == 0
+    kiln.trace(f, np.ones(2))
+    assert counts[0] > 0 and gc.get_freeze_count() == 0
+    with old_objects_frozen():
+        first = gc.get_freeze_count()
+        junk = [[] for _ in range(1000)]  # made after the freeze: frozen by a refreeze
+        refreeze()
+        assert gc.get_freeze_count() >= first + len(junk)
+    assert gc.get_freeze_count() == 0
+    refreeze()  # outside a recording: nothing to do
+    assert gc.get_freeze_count() == 0
