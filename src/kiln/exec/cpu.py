@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..ir.collector import collector_paused
 from ..ir.rewrite import can_raise
 from ..ops.control import bind_subgraphs, has_subgraphs
 from ..ops.dispatch import as_outputs
@@ -196,9 +197,11 @@ class CpuPlan(Plan):
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
         self.checker = InputChecker(graph)
-        self.source, namespace = _generate(graph)
-        env: dict[str, Any] = {}
-        exec(compile(self.source, f"<kiln plan {graph.name}>", "exec"), namespace, env)  # noqa: S102
+        with collector_paused():  # (kiln.ir.collector: its full passes walk every node)
+            self.source, namespace = _generate(graph)
+            env: dict[str, Any] = {}
+            code = compile(self.source, f"<kiln plan {graph.name}>", "exec")
+            exec(code, namespace, env)  # noqa: S102
         self.run_arrays: Callable[[Sequence[np.ndarray]], list[np.ndarray]] = env["run"]
         self.check_inputs: Callable[[Any], list[np.ndarray]] = _fast_checker(self.checker)
 

@@ -25,13 +25,12 @@ unrolled loops reach 100,000 nodes); ``tests/test_graph_size.py`` counts it.
 
 from __future__ import annotations
 
-import gc
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import GraphValidationError
+from ..ir.collector import collector_paused
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
@@ -63,36 +62,6 @@ __all__ = ["default_pipeline", "run_pipeline", "verify_every_transform"]
 # (verify costs about as much as a pass); the test suite turns it on (tests/conftest.py), so a
 # transform that breaks the IR fails the test that ran it, naming the transform.
 _verify_always = False
-
-
-# The cyclic garbage collector is paused while a pipeline runs (see _pause_gc).
-_gc_lock = threading.Lock()
-_gc_pauses = 0  # pipelines running now
-_gc_was_enabled = False
-
-
-def _pause_gc() -> None:
-    """Pause the cyclic garbage collector while the pipeline runs. The passes allocate a few
-    small objects per node (keys, tuples, rebuilt nodes) that reference counting frees; they
-    make no cycles to collect. But the collector counts allocations, and its full
-    collections walk every live object: on a 100,000-node trace (a million objects, more
-    with the recorder's state in a first call) they were a quarter of the optimizer's time.
-    Concurrent pipelines share one pause; the last to finish restores the collector as the
-    first found it."""
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if not _gc_pauses:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-
-
-def _resume_gc() -> None:
-    global _gc_pauses
-    with _gc_lock:
-        _gc_pauses -= 1
-        if not _gc_pauses and _gc_was_enabled:
-            gc.enable()
 
 
 def verify_every_transform(enabled: bool = True) -> bool:
@@ -168,14 +137,13 @@ def run_pipeline(
     report = OptimizeReport(nodes_before=len(graph.nodes))
     start = time.perf_counter()
     current = graph
-    _pause_gc()
     remember_declines(True)  # which rules declined at which nodes, across passes
     try:
-        current = _iterate(current, pipeline, max_num_iterations, options, verify, report)
+        with collector_paused():  # (kiln.ir.collector: full collections walk every node)
+            current = _iterate(current, pipeline, max_num_iterations, options, verify, report)
     finally:
         forget_writes()  # what the passes over writes remembered of this run's graphs
         remember_declines(False)
-        _resume_gc()
     report.nodes_after = len(current.nodes)
     report.seconds = time.perf_counter() - start
     return current, report
