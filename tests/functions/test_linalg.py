@@ -185,3 +185,26 @@ def test_tensor_methods() -> None:
     _check(ta.dot(b), a.dot(b))
     _check(ta @ b, a @ b)
     _check(a @ kiln.asarray(b), a @ b)  # ndarray @ Tensor defers to Tensor.__rmatmul__
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tensordot_makes_numpys_matrix_product_with_infinities(dtype):
+    # NumPy's tensordot is one BLAS matrix product of the flattened operands, whose fused
+    # multiply-adds turn inf + (a product past the range) into inf where a plain sum gives
+    # nan (fuzz 26:775); kiln makes the same product, eagerly and compiled.
+    big = 1e30 if dtype == np.float32 else 1e300
+    a = np.array(
+        [3.33, 3.15, -0.5, 1.94, -3.05, -0.0, -3.21, -2.74, -np.inf, -1.0, 0.05, 2.78, -3.5]
+        + [1.0, big, 1.0, -2.93, 88.5],
+        dtype,
+    ).reshape(3, 2, 3)
+
+    def f(a):
+        return np.tensordot(a, a[..., -1], axes=1)
+
+    expected = f(a)
+    eager = kiln.tensordot(kiln.tensor(a), kiln.tensor(a[..., -1]), axes=1).numpy()
+    compiled = kiln.compile(f)
+    for got in (eager, compiled(a), compiled(a)):
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)

@@ -251,7 +251,33 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
             )
         axes_a = list(range(x.ndim - n, x.ndim))
         axes_b = list(range(n))
-    return _contract("tensordot", x, y, axes_a, axes_b)
+    _check_contraction("tensordot", x, y, list(zip(axes_a, axes_b)))
+    if len(set(axes_a)) != len(axes_a) or len(set(axes_b)) != len(axes_b):
+        return _contract("tensordot", x, y, axes_a, axes_b)  # (raises NumPy's error)
+    # NumPy's own algorithm: both operands transposed and flattened to matrices, one matrix
+    # product (the BLAS call NumPy makes, so the same sums: an einsum orders them otherwise,
+    # and with infinities a BLAS fused multiply-add and a plain sum disagree on inf vs nan).
+    free_a = [k for k in range(x.ndim) if k not in axes_a]
+    free_b = [k for k in range(y.ndim) if k not in axes_b]
+    inner = _size_product([x.shape[k] for k in axes_a])
+    left = _matrix(x, free_a + axes_a, (_size_product([x.shape[k] for k in free_a]), inner))
+    right = _matrix(y, axes_b + free_b, (inner, _size_product([y.shape[k] for k in free_b])))
+    shape = [x.shape[k] for k in free_a] + [y.shape[k] for k in free_b]
+    return _matmul(left, right).reshape(tuple(shape))
+
+
+def _size_product(sizes: Sequence[Any]) -> Any:
+    total: Any = 1
+    for d in sizes:
+        total = total * d
+    return total
+
+
+def _matrix(x: Tensor, order: list[int], shape: tuple[Any, Any]) -> Tensor:
+    """``x.transpose(order).reshape(shape)``, as NumPy's tensordot builds its operands."""
+    if order != list(range(x.ndim)):
+        x = x.transpose(tuple(order))
+    return x.reshape(shape)
 
 
 @implements(np.einsum)
