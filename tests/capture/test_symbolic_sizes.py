@@ -310,3 +310,27 @@ def test_a_dead_matmul_whose_sizes_stop_agreeing_still_raises():
         cf(a2, b2)
     a3, b3 = np.ones((3, 4), np.float32), np.ones((4, 4))  # sizes that agree: no error
     np.testing.assert_array_equal(cf(a3, b3), f(a3, b3), strict=True)
+
+
+def test_a_size_pinned_by_another_pin_is_guarded_too():
+    """Fuzz 26:2329: ``t0 - a`` broadcasts two dynamic sizes (``s1`` against ``s0``) and one
+    against 2; pinning ``s1`` to 2 left ``2`` against ``s0``, which inference took as 2
+    without a guard, so the dead subtraction vanished and a drift NumPy refuses returned."""
+
+    def f(a):
+        t0 = np.stack([a, a], axis=2)
+        unused = t0 - a  # noqa: F841 - NumPy checks the broadcast even so
+        return np.expand_dims(a, -1)
+
+    cf = kiln.compile(f, dynamic=True)
+    a = np.arange(4.0).reshape(2, 2)
+    np.testing.assert_array_equal(cf(a), f(a), strict=True)
+    np.testing.assert_array_equal(cf(a), f(a), strict=True)
+    a2 = np.arange(6.0).reshape(3, 2)
+    with pytest.raises(ValueError, match="broadcast"):
+        f(a2)
+    with pytest.raises(ValueError, match="broadcast"):
+        cf(a2)
+    assert any(
+        "once other sizes were pinned" in line for line in kiln.explain(cf, file=False).splitlines()
+    )

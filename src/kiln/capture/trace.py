@@ -607,11 +607,20 @@ class Tracer:
                         f"contracted against size {other}",
                     )
 
-    def _pin(self, d: SymDim, size: int, op: OpDef, value: Value, axis: int, how: str) -> None:
+    def _pin(
+        self,
+        d: SymDim,
+        size: int,
+        op: OpDef,
+        value: Value,
+        axis: int,
+        how: str,
+        where: str | None = None,
+    ) -> None:
         if any(name == d.name for name, _, _ in self.pins):
             return
         message = (
-            f"{op.name} at {user_source()} pins the dynamic size {d.name} (input "
+            f"{op.name} at {where or user_source()} pins the dynamic size {d.name} (input "
             f"{value.name!r} axis {axis}) to {size}: it is {how}"
         )
         self.pins.append((d.name, size, message))
@@ -813,8 +822,33 @@ class Tracer:
         if self.pins:
             from ..optim.specialize import specialize_graph
 
-            graph = specialize_graph(graph, {name: size for name, size, _ in self.pins})
+            recorded = graph
+            while True:
+                graph = specialize_graph(recorded, {name: size for name, size, _ in self.pins})
+                if not self._implied_pins(graph):
+                    break
         return graph
+
+    def _implied_pins(self, graph: ModelGraph) -> bool:
+        """Pin the dynamic sizes a specialized ``graph`` broadcasts against a static size now
+        (``t0 - a`` broadcast ``s1`` against ``s0``, one of them checked at run time; pinning
+        ``s1`` to 2 made it ``2`` against ``s0``, which infer takes as 2 without a check), as
+        :meth:`_note_pins` does at record time; True when it pinned one (specialize again)."""
+        before = len(self.pins)
+        for node in graph.nodes:
+            if ELEMENTWISE not in node.opdef.traits or not node.outputs:
+                continue
+            out_shape = node.outputs[0].shape
+            for v in node.inputs:
+                if v is None:
+                    continue
+                offset = len(out_shape) - len(v.shape)
+                for axis, d in enumerate(v.shape):
+                    target = out_shape[offset + axis]
+                    if isinstance(d, SymDim) and d.is_symbol() and isinstance(target, int):
+                        how = f"broadcast against size {target} once other sizes were pinned"
+                        self._pin(d, target, node.opdef, v, axis, how, node.source)
+        return len(self.pins) > before
 
 
 _PREDICATE_OPS = {
