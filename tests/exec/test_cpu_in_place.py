@@ -122,7 +122,7 @@ def test_a_ufunc_chain_written_into_a_box_is_computed_there(dtype):
         np.testing.assert_array_equal(got, expected)
 
 
-def test_a_box_update_reading_the_same_buffer_overlapping_equals_numpy():
+def test_a_box_update_reading_its_own_buffer_is_not_computed_in_the_box():
     def shift(y):
         d = np.sqrt(y)  # a buffer of the run's own
         d[1:] = d[:-1] * 2.0  # reads the old contents it overwrites, shifted by one
@@ -130,9 +130,9 @@ def test_a_box_update_reading_the_same_buffer_overlapping_equals_numpy():
 
     y = np.arange(10_000, dtype=np.float64)
     plan = CpuPlan(kiln.trace(shift, y).graph)
-    # np.multiply(d[:-1], 2, out=d[1:]): NumPy buffers overlapping operands, so the result
-    # is the assignment's
-    assert re.search(r"out=v\d+\[k\d+\]", plan.source), plan.source
+    # Not np.multiply(d[:-1], 2, out=d[1:]): NumPy would copy the overlapping operand first
+    # (a stencil reading its own box was 1.5x slower so), so the product keeps its buffer.
+    assert not re.search(r"out=v\d+\[k\d+\]", plan.source), plan.source
     np.testing.assert_array_equal(plan.run_arrays([y])[0], shift(y))
 
 

@@ -581,8 +581,8 @@ class _PlanWriter:
         it into a box of a buffer this run allocated (``d[1:-1] = (y[2:] - y[:-2]) / h``): the
         box itself, as NumPy's assignment does, instead of a buffer of its own copied there.
         Only where that write may happen in place (nothing reads the old contents at or after
-        it) and may happen now (no step in between reads the buffer); the box is known at plan
-        time and has the result's dtype and shape exactly (no broadcast)."""
+        it) and may happen now (no step from this one to the write reads the buffer); the box
+        is known at plan time and has the result's dtype and shape exactly (no broadcast)."""
         placed = self.box_chain.pop(id(node), None)
         if placed is not None:  # a later step of a chain computed in the box
             self.in_box.add(id(node.outputs[0]))
@@ -624,8 +624,10 @@ class _PlanWriter:
             return None
         if not self._keeps(base, write.outputs[0]):
             return None
-        if any(index < r != at for r in self._reads(base)):
-            return None  # read between here and the write, or the old contents after it
+        if any(index <= r != at for r in self._reads(base)):
+            # Read by these steps (NumPy would copy the overlapping operand first: no gain),
+            # between here and the write, or the old contents after it.
+            return None
         self.updated[id(write)] = base
         target = f"{self.names[id(data)]}[{self.bind(box, 'k')}]"
         for step in chain:
