@@ -334,3 +334,22 @@ def test_a_size_pinned_by_another_pin_is_guarded_too():
     assert any(
         "once other sizes were pinned" in line for line in kiln.explain(cf, file=False).splitlines()
     )
+
+
+def test_a_size_of_one_broadcast_against_a_static_size_is_pinned_to_one():
+    """Fuzz 27:3770: with one row, ``t0 // a`` broadcasts ``a``'s dynamic size (1 in this call)
+    against 2; the capture pinned it to 2, so the graph took inputs of size 2 while its
+    recording (``len(t0)`` rows) held for size 1, and returned one row for two."""
+
+    def f(a):
+        t0 = np.stack([a, a], axis=-1)
+        t1 = t0 // a
+        return np.array([(t0[i] * t1).sum() for i in range(len(t0))])
+
+    cf = kiln.compile(f, dynamic=True)
+    a = np.array([-2.25], np.float32)
+    np.testing.assert_array_equal(cf(a), f(a), strict=True)
+    np.testing.assert_array_equal(cf(a), f(a), strict=True)
+    for a2 in (np.array([1.5, 3.5], np.float32), np.array([0.5], np.float32)):
+        np.testing.assert_array_equal(cf(a2), f(a2), strict=True)
+    assert "broadcast from size 1 in this call" in kiln.explain(cf, file=False)

@@ -474,7 +474,7 @@ def _replay(
             run_arrays = donating({output: position for position, output in write_backs})
             run_arrays = run_arrays or program.run_arrays
         run = _checked_runner(program.check_inputs, run_arrays)
-        if not dynamic and options.specialize is not True:
+        if not dynamic and options.specialize is not True and not graph.shape_guards:
             explicit = graph.input_values[: len(graph.input_values) - len(reads or ())]
             static_shapes = tuple(tuple(int(d) for d in v.shape) for v in explicit)
             run_unchecked = run_arrays

@@ -619,6 +619,12 @@ class Tracer:
     ) -> None:
         if any(name == d.name for name, _, _ in self.pins):
             return
+        actual = self._sizes.get(d.name)
+        if actual is not None and actual != size:
+            # This call's size broadcasts (a 1 against `size`): the graph holds for it, not
+            # for `size` (its guards, `len(x) == 1`, were recorded at this size).
+            how = f"{how}, broadcast from size {actual} in this call"
+            size = actual
         message = (
             f"{op.name} at {where or user_source()} pins the dynamic size {d.name} (input "
             f"{value.name!r} axis {axis}) to {size}: it is {how}"
