@@ -442,3 +442,25 @@ def test_onnxruntime_keeps_zero_plus_negative_zero() -> None:
     want = f(a, b)
     np.testing.assert_array_equal(got, want, strict=True)
     assert not np.signbit(got).any() and not np.signbit(want).any()
+
+
+def test_onnxruntime_mean_of_an_empty_tensor_is_numpys_nan_or_refused() -> None:
+    """Fuzz 27:3670: onnxruntime's ReduceMean of an empty tensor is 0 (NumPy: nan). A size the
+    inputs decide routes an empty call to the NumPy plan; a size the values decide is refused."""
+
+    def mean(x):
+        return x.mean(axis=0)
+
+    graph = kiln.trace(mean, np.ones((4, 3)), dynamic_axes={0: [0]}).graph
+    graph.finalize("onnxruntime")
+    with np.errstate(all="ignore"):
+        got = graph.run([np.ones((0, 3))])[0].numpy()
+        np.testing.assert_array_equal(got, np.ones((0, 3)).mean(axis=0))
+    np.testing.assert_array_equal(graph.run([np.ones((2, 3))])[0].numpy(), np.ones(3))
+
+    def count_mean(c):
+        return np.where(c)[0].mean(axis=0)
+
+    data_dependent = kiln.trace(count_mean, np.ones(3, bool)).graph
+    with pytest.raises(UnsupportedOperationError, match="ReduceMean|empty"):
+        data_dependent.finalize("onnxruntime")

@@ -178,7 +178,8 @@ class OrtPlan(Plan):
             if late:
                 raise UnsupportedOperationError(
                     f"graph {graph.name!r} cannot run on onnxruntime with NumPy's results: node "
-                    f"{name!r} crashes onnxruntime on an empty input, and its input size "
+                    f"{name!r} crashes onnxruntime or computes otherwise than NumPy on an empty "
+                    "input, and its input size "
                     f"{late[0]} is known only when the graph runs (a size its values decide), so "
                     "a call cannot be routed around it. Use engine='numpy' (or engine=None to "
                     "let kiln choose)"
