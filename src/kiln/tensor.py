@@ -57,6 +57,7 @@ __all__ = [
     "fresh_outputs",
     "rebind",
     "memory_root",
+    "keyable",
 ]
 
 # Small integer tensors carry their contents in their TensorType, so shape arithmetic
@@ -695,13 +696,13 @@ def _general_key(
 _new_tensor = object.__new__
 
 
-def _keyable(value: Any) -> bool:
+def keyable(value: Any) -> bool:
     """Whether ``value`` as part of a key tells apart every attribute value that binds
     differently: not a float zero (``-0.0 == 0.0``) nor a NaN (never equal to itself)."""
     if isinstance(value, (float, np.floating)):
         return value != 0.0 and value == value
     if isinstance(value, tuple):
-        return all(_keyable(v) for v in value)
+        return all(keyable(v) for v in value)
     return True
 
 
@@ -720,7 +721,7 @@ def _eager_first(
     types = [None if t is None else _type_of(t) for t in inputs]
     outs = opdef.infer(types, bound)  # validates the call; raises errors naming the operator
     results = fresh_outputs(opdef, arrays, run_kernel(opdef, arrays, bound))
-    if attrs and not all(_keyable(v) for v in attrs.values()):
+    if attrs and not all(keyable(v) for v in attrs.values()):
         return results  # not cached: every such call takes the full path
     needs = _needed_contents(opdef, types, outs, bound)
     needs = _fast_contents(opdef, types, outs, bound, needs)

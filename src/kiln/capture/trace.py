@@ -37,7 +37,7 @@ from ..ops.registry import ELEMENTWISE, PURE, OpDef, TensorType
 from ..source import user_source
 from ..spec import TensorSpec, check_dynamic_axes_refer
 from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
-from ..tensor import Tensor, call, fresh_outputs, memory_root, rebind
+from ..tensor import Tensor, call, fresh_outputs, keyable, memory_root, rebind
 from .numpy_creation import numpy_creation
 from .scalars import TracedFloat
 from .views import Storage, View, reread, root_of, stale_views, written
@@ -123,16 +123,6 @@ def _no_kernel(*arrays: Any) -> Any:
 
 
 _NO_KERNEL: Callable[..., Any] = _no_kernel  # a _Known whose eager_kernel raised
-
-
-def _keyable(value: Any) -> bool:
-    """Whether ``value`` in a key tells apart every attribute value that computes
-    differently: not a float zero (``-0.0 == 0.0``) nor a NaN (never equal to itself)."""
-    if isinstance(value, (float, np.floating)):
-        return value != 0.0 and value == value
-    if isinstance(value, tuple):
-        return all(_keyable(v) for v in value)
-    return True
 
 
 def _pinned(guards: Sequence[ShapeGuard]) -> set[str]:
@@ -526,7 +516,7 @@ class Tracer:
         types and bound attributes (its kernel is chosen when the call comes again: most
         calls with contents in their key, a write's bounds, do not)."""
         for v in attrs.values():
-            if not _keyable(v):
+            if not keyable(v):
                 return  # 0.0 and -0.0 share a key but may compute differently
         in_types = tuple([None if v is None else v.type for v in in_values])
         known = _Known(op, in_types, out_types, bound, attrs)
@@ -580,15 +570,8 @@ class Tracer:
         specialized to that size, so its input guard checks it, and the capture says which op
         did it."""
         if op.has(ELEMENTWISE) and out_types:
-            out_shape = out_types[0].shape
-            for v in in_values:
-                if v is None:
-                    continue
-                offset = len(out_shape) - len(v.shape)
-                for axis, d in enumerate(v.shape):
-                    target = out_shape[offset + axis]
-                    if isinstance(d, SymDim) and d.is_symbol() and isinstance(target, int):
-                        self._pin(d, target, op, v, axis, f"broadcast against size {target}")
+            for d, target, v, axis in _broadcast_against_static(out_types[0].shape, in_values):
+                self._pin(d, target, op, v, axis, f"broadcast against size {target}")
         elif op.name in ("MatMul", "Gemm") and len(in_values) >= 2:
             a, b = in_values[0], in_values[1]
             if a is None or b is None or not a.shape or not b.shape:
@@ -844,17 +827,26 @@ class Tracer:
         for node in graph.nodes:
             if ELEMENTWISE not in node.opdef.traits or not node.outputs:
                 continue
-            out_shape = node.outputs[0].shape
-            for v in node.inputs:
-                if v is None:
-                    continue
-                offset = len(out_shape) - len(v.shape)
-                for axis, d in enumerate(v.shape):
-                    target = out_shape[offset + axis]
-                    if isinstance(d, SymDim) and d.is_symbol() and isinstance(target, int):
-                        how = f"broadcast against size {target} once other sizes were pinned"
-                        self._pin(d, target, node.opdef, v, axis, how, node.source)
+            shape = node.outputs[0].shape
+            for d, target, v, axis in _broadcast_against_static(shape, node.inputs):
+                how = f"broadcast against size {target} once other sizes were pinned"
+                self._pin(d, target, node.opdef, v, axis, how, node.source)
         return len(self.pins) > before
+
+
+def _broadcast_against_static(
+    out_shape: Sequence[Dim], inputs: Sequence[Value | None]
+) -> Iterator[tuple[SymDim, int, Value, int]]:
+    """The named dynamic sizes of an elementwise node's ``inputs`` that its output has as a
+    static size (broadcast against it): (size, the static size, input, axis)."""
+    for v in inputs:
+        if v is None:
+            continue
+        offset = len(out_shape) - len(v.shape)
+        for axis, d in enumerate(v.shape):
+            target = out_shape[offset + axis]
+            if isinstance(d, SymDim) and d.is_symbol() and isinstance(target, int):
+                yield d, target, v, axis
 
 
 _PREDICATE_OPS = {

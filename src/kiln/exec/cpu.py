@@ -541,40 +541,29 @@ class _PlanWriter:
             self.lent.add(index)
 
     def _read_after(self, x: Value, index: int) -> bool:
-        """Whether ``x`` or a view of it is read after node ``index``, or is a graph output."""
-        pending, seen = [x], {id(x)}
-        while pending:
-            v = pending.pop()
-            if v is not x and id(v) in self.outputs:
-                return True
-            for r in self.readers.get(id(v), ()):
-                if r > index:
-                    return True
-                if r == index:
-                    continue  # the write itself: its output is the input's new contents
-                reader = self.graph.nodes[r]
-                if _choose(reader).returns_view:
-                    for w in reader.outputs:
-                        if id(w) not in seen:
-                            seen.add(id(w))
-                            pending.append(w)
-        return False
+        """Whether ``x`` or a view of it is read after node ``index``, or is a graph output
+        (``index``'s own output is the input's new contents, not a view of it)."""
+        readers, view_out = self._reads(x, skip=index)
+        return view_out or any(r > index for r in readers)
 
-    def _reads(self, x: Value) -> set[int]:
-        """The steps reading ``x`` or a view of it (through steps that return views)."""
+    def _reads(self, x: Value, skip: int = -1) -> tuple[set[int], bool]:
+        """The steps reading ``x`` or a view of it (through steps that return views, except
+        step ``skip``), and whether such a view is a graph output."""
         found: set[int] = set()
+        view_out = False
         pending, seen = [x], {id(x)}
         while pending:
             v = pending.pop()
+            view_out = view_out or (v is not x and id(v) in self.outputs)
             for r in self.readers.get(id(v), ()):
                 found.add(r)
                 reader = self.graph.nodes[r]
-                if _choose(reader).returns_view:
+                if r != skip and _choose(reader).returns_view:
                     for w in reader.outputs:
                         if id(w) not in seen:
                             seen.add(id(w))
                             pending.append(w)
-        return found
+        return found, view_out
 
     def _update_target(self, node: Node, index: int) -> str | None:
         """``out=`` for a large ufunc result whose one reader is a ``kiln.SliceUpdate`` writing
@@ -624,7 +613,7 @@ class _PlanWriter:
             return None
         if not self._keeps(base, write.outputs[0]):
             return None
-        if any(index <= r != at for r in self._reads(base)):
+        if any(index <= r != at for r in self._reads(base)[0]):
             # Read by these steps (NumPy would copy the overlapping operand first: no gain),
             # between here and the write, or the old contents after it.
             return None

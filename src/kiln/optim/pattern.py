@@ -285,21 +285,26 @@ class _Matcher:
         for values, nodes, interior in self._value(pattern, root.outputs[0], {}, {}, ()):
             yield Match(root, values, nodes, interior, self.constants)
 
+    def _producer(self, pattern: Pattern, value: Value) -> Node | None:
+        """The node making ``value`` when its operator and attributes are ``pattern``'s."""
+        node = self.producers.get(id(value))
+        if node is None or node.op not in pattern.ops or node.outputs[0] is not value:
+            return None
+        if pattern.attrs:
+            bound = node.opdef.bind_attrs(node.attrs)
+            if any(bound.get(k) != v for k, v in pattern.attrs.items()):
+                return None
+        return node
+
     def _flat_matches(self, pattern: Pattern, root: Node) -> Iterator[Match]:
         """:meth:`matches` for an operator pattern whose inputs are all leaves (``x * 1``,
         ``reshape(x, s)``: most rules), without the generic matcher's nested generators:
         the same matches, bound the same way, in the same order."""
         value = root.outputs[0]
-        node = self.producers.get(id(value))
-        if node is None or node.op not in pattern.ops or node.outputs[0] is not value:
+        node = self._producer(pattern, value)
+        if node is None:
             return
-        if pattern.attrs:
-            bound = node.opdef.bind_attrs(node.attrs)
-            if any(bound.get(k) != v for k, v in pattern.attrs.items()):
-                return
-        orders = [node.inputs]
-        if len(node.inputs) == 2 and COMMUTATIVE in node.opdef.traits:
-            orders.append(node.inputs[::-1])
+        orders = _orders(node)
         leaves = pattern.inputs
         for inputs in orders:
             if len(inputs) != len(leaves):
@@ -385,17 +390,10 @@ class _Matcher:
                 return
             yield self._bind(pattern, value, values, nodes, interior)
             return
-        node = self.producers.get(id(value))
-        if node is None or node.op not in pattern.ops or node.outputs[0] is not value:
+        node = self._producer(pattern, value)
+        if node is None:
             return
-        if pattern.attrs:
-            bound = node.opdef.bind_attrs(node.attrs)
-            if any(bound.get(k) != v for k, v in pattern.attrs.items()):
-                return
-        orders = [node.inputs]
-        if len(node.inputs) == 2 and COMMUTATIVE in node.opdef.traits:
-            orders.append(node.inputs[::-1])
-        for inputs in orders:
+        for inputs in _orders(node):
             if len(inputs) != len(pattern.inputs):
                 continue
             for found in self._all(pattern.inputs, inputs, values, nodes, (*interior, node)):
@@ -435,6 +433,15 @@ class _Matcher:
 
 
 _UNSET_SCOPE = NameScope()  # a lazy Builder's scope until it is made (never named from)
+
+
+def _orders(node: Node) -> list[Sequence[Value | None]]:
+    """``node``'s inputs in the orders a pattern may match them: also swapped for a
+    commutative operator of two inputs."""
+    orders: list[Sequence[Value | None]] = [node.inputs]
+    if len(node.inputs) == 2 and COMMUTATIVE in node.opdef.traits:
+        orders.append(node.inputs[::-1])
+    return orders
 
 
 class Builder(GraphBuilder):
