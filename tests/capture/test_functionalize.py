@@ -1343,3 +1343,33 @@ def two_index_writes(p):
 @pytest.mark.parametrize("make", [make_2d(2)])
 def test_writes_by_one_index_array_per_leading_axis(make):
     run_scenario(two_index_writes, make, (9, 13))
+
+
+def test_an_augmented_assignment_records_no_write_back_of_its_view():
+    """``a[i] += v`` is ``t = a[i]; t += v; a[i] = t``: the last write copies the box onto
+    itself (``t`` is a view of it), so nothing is recorded for it, and the results, the
+    caller's mutated array and later reads stay NumPy's."""
+
+    def step(pos, vel):
+        for p in range(pos.shape[0]):
+            pos[p] += vel[p] * 0.5
+            pos[p, 1:] -= 1.0
+        view = pos[1:3]
+        pos[0] = 7.0
+        pos[1:3] = view  # a view of the very box: nothing changes
+        copy = pos[3].copy()
+        pos[3] = copy * 2.0  # not a view: recorded
+        return pos.sum()
+
+    rng = np.random.default_rng(0)
+    pos, vel = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    graph = kiln.trace(step, pos.copy(), vel).graph
+    updates = sum(node.op == "kiln.SliceUpdate" for node in graph.nodes)
+    assert updates == 2 * 5 + 2  # one per += (no write-back), pos[0] and pos[3]
+    f = kiln.compile(step)
+    for seed in (1, 2, 3):
+        rng = np.random.default_rng(seed)
+        pos, vel = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+        mine, theirs = pos.copy(), pos.copy()
+        np.testing.assert_array_equal(f(mine, vel), step(theirs, vel))
+        np.testing.assert_array_equal(mine, theirs)

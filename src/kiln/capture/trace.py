@@ -148,6 +148,7 @@ class Tracer:
         self._small_constants: dict[tuple[Any, ...], Value] = {}
         self._known: dict[tuple[Any, ...], _Known] = {}  # Tracer.apply's calls by infer_key
         self._applied = 0  # operators recorded (every 8192, refreeze)
+        self._basic_views: dict[int, tuple[Tensor, Tensor, Any]] = {}  # note_basic_view
         # Whether value_of is this class's (apply then finds known constants itself).
         self._plain_value_of = type(self).value_of is Tracer.value_of
         self._symbol_source: dict[str, tuple[Tensor, int]] = {}  # symbol -> (tensor, axis)
@@ -291,6 +292,9 @@ class Tracer:
         Only arrays this trace owns are recorded: an input, an operator's result, or a view
         of one. A write into anything else (a closure or global array, a constant) cannot be
         replayed: :meth:`unsupported` decides (a compile capture serves the call eagerly)."""
+        if reduction == "none" and self._is_own_view(t, index, value):
+            perform()  # NumPy copies the box onto itself
+            return
         root, _ = root_of(t)
         owner = root._trace
         owned = isinstance(owner, TraceRef) and owner.tracer is self
@@ -323,6 +327,26 @@ class Tracer:
             storage = self._storage.get(id(root))
             if storage is not None:
                 stale_views(storage)
+
+    def note_basic_view(self, t: Tensor, index: Any, view: Tensor) -> None:
+        """``view`` is ``t[index]`` by basic indexing (ints and slices): it shares that box's
+        memory for good. Kept for the last few such reads (see :meth:`_is_own_view`)."""
+        key = _index_key(index)
+        if key is None:
+            return
+        views = self._basic_views
+        views[id(view)] = (view, t, key)
+        if len(views) > _BASIC_VIEWS_KEPT:
+            del views[next(iter(views))]
+
+    def _is_own_view(self, t: Tensor, index: Any, value: Tensor) -> bool:
+        """Whether ``t[index] = value`` writes a box with a view of that very box: the second
+        half of ``t[i] += v`` (Python reads ``t[i]``, adds in place through the view, then
+        assigns the view back), which changes nothing and records nothing."""
+        noted = self._basic_views.get(id(value))
+        if noted is None or noted[0] is not value or noted[1] is not t:
+            return False
+        return noted[2] == _index_key(index)
 
     def _own_implicit(self, root: Tensor) -> bool:
         """Make ``root`` a root this trace owns when it is the stand-in of an implicit input
@@ -832,6 +856,25 @@ class Tracer:
                 how = f"broadcast against size {target} once other sizes were pinned"
                 self._pin(d, target, node.opdef, v, axis, how, node.source)
         return len(self.pins) > before
+
+
+# How many basic views the tracer remembers (an augmented assignment writes its view back
+# right after reading it).
+_BASIC_VIEWS_KEPT = 16
+
+
+def _index_key(index: Any) -> Any:
+    """``index`` (ints, int slices, tuples of them) as a comparable key, or None."""
+    if isinstance(index, tuple):
+        keys = tuple(_index_key(e) for e in index)
+        return None if any(k is None for k in keys) else keys
+    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+        return int(index)
+    if isinstance(index, slice):
+        bounds = (index.start, index.stop, index.step)
+        if all(b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds):
+            return ("slice", *bounds)
+    return None
 
 
 def _broadcast_against_static(

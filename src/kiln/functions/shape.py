@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import ArgumentTypeError, OpArgumentError, UnsupportedOperationError
+from ..ops.dispatch import current_handler
 from ..ops.rules import normalize_axis
 from ..ops.shape import INT64_MAX, INT64_MIN
 from ..symbolic import (
@@ -1457,6 +1458,9 @@ def getitem(t: Any, index: Any) -> Tensor:
     x = as_tensor(t)
     fast = _basic_fast(x, index)
     if fast is not None:
+        note = getattr(current_handler(), "note_basic_view", None)
+        if note is not None:  # (a recording: `x[i] += v` writes this view back into x[i])
+            note(x, index, fast)
         return fast
     entries = _entries(x, index)
     x, entries = _insert_new_axes(x, entries)
