@@ -226,20 +226,26 @@ class _Importer:
                 self.add_constant(info.name, data)
                 continue
             self.values[info.name] = self.builder.add_input(info.name, ttype)
+        outputs = self.import_nodes(
+            g, lambda name: f"graph output {name!r} is not computed by any node of the model"
+        )
+        self.check_declared_types()
+        graph = self.builder.graph(g.name or "model", outputs)
+        graph.verify()
+        return graph
+
+    def import_nodes(self, g: Any, missing: Callable[[str], str]) -> list[Value]:
+        """Import the nodes of graph proto ``g`` (its inputs already bound) and return the
+        values of its outputs; an output no node computes raises ``missing(name)``."""
         self.declared = {info.name: info for info in list(g.value_info) + list(g.output)}
         for node in g.node:
             self.import_node(node)
         outputs = []
         for info in g.output:
             if info.name not in self.values:
-                raise UnsupportedOperationError(
-                    f"graph output {info.name!r} is not computed by any node of the model"
-                )
+                raise UnsupportedOperationError(missing(info.name))
             outputs.append(self.values[info.name])
-        self.check_declared_types()
-        graph = self.builder.graph(g.name or "model", outputs)
-        graph.verify()
-        return graph
+        return outputs
 
     def check_declared_types(self) -> None:
         """Each output and ``value_info`` entry whose element type the model declares must be
@@ -584,16 +590,11 @@ class _Importer:
             if t.value is not None and t.dtype.kind not in "biu":
                 t = TensorType(t.dtype, t.shape)
             sub.values[name] = sub.builder.add_input(name, t)
-        sub.declared = {info.name: info for info in list(g.value_info) + list(g.output)}
-        for node in g.node:
-            sub.import_node(node)
-        outputs = []
-        for info in g.output:
-            if info.name not in sub.values:
-                raise UnsupportedOperationError(
-                    f"{where}: subgraph output {info.name!r} is not computed by the subgraph"
-                )
-            value = sub.values[info.name]
+        computed = sub.import_nodes(
+            g, lambda name: f"{where}: subgraph output {name!r} is not computed by the subgraph"
+        )
+        outputs: list[Value] = []
+        for info, value in zip(g.output, computed):
             if any(value is v for v in outputs):  # kiln's outputs have distinct names
                 fresh = sub.scope.fresh(f"{info.name}_again")
                 (value,) = sub.emit("Identity", [value], {}, [fresh], "", where)
