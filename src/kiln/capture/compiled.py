@@ -67,6 +67,7 @@ from .implicit import ImplicitMiss
 from .policy import CaptureEvent, Decision, RecapturePolicy
 from .recorder import CaptureOptions, record_capture
 from .replay import (
+    MISS,
     AliasedWrite,
     Capture,
     GuardMiss,
@@ -74,6 +75,7 @@ from .replay import (
     ShapeDrift,
     follow_engine,
     held_bytes,
+    quick_path,
 )
 from .signature import CallSignature, positional_arrays
 from .trace import _parameter_names
@@ -194,6 +196,8 @@ class CompiledFunction:
         # Keys being captured now: one capture per key at a time (see _reserve).
         self._capturing: set[Hashable] = set()
         self._current: Capture | None = None
+        # The current capture's quick path (see _make_current), None while none serves.
+        self._quick: Callable[[tuple[Any, ...]], Any] | None = None
         self._capture_count = 0
         self._recapture_count = 0
         self._fallback: str | None = None  # why every call serves eagerly, when it does
@@ -294,6 +298,7 @@ class CompiledFunction:
             self._entries.clear()
             self._flat = {}
             self._current = None
+            self._quick = None
             self._fallback = "its graph was taken with take_graph()"
             self._history.append(
                 CaptureEvent(0, "take_graph", message="take_graph(): serving eagerly until reset()")
@@ -323,6 +328,11 @@ class CompiledFunction:
     # -- calls ----------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        quick = self._quick
+        if quick is not None and not kwargs and current_handler() is None:
+            result = quick(args)  # the current capture's replay, for a call that fits it
+            if result is not MISS:
+                return result
         call = next(self._calls)
         if self._fallback is not None:
             return self._eager(args, kwargs, _has_tensor(args, kwargs))
@@ -348,7 +358,8 @@ class CompiledFunction:
                     except ReplayMiss as exc:
                         miss = exc.with_traceback(None)  # it outlives this block: hold no frame
                     else:
-                        self._current = capture
+                        if self._current is not capture:
+                            self._make_current(capture)
                         capture.last_used = call
                         return result
                     signature = CallSignature(args, kwargs, self._with_shapes, self._policy.scalars)
@@ -413,7 +424,8 @@ class CompiledFunction:
             if signature.converted and replay.write_backs:
                 for original, copy in signature.converted:  # big-endian inputs written back
                     np.copyto(original, copy)
-            self._current = capture
+            if self._current is not capture:
+                self._make_current(capture)
             capture.last_used = call
             return result
         return self._replay_missed(call, capture, miss, signature)
@@ -510,6 +522,7 @@ class CompiledFunction:
             decision = self._policy.within_budget(decision, self._recapture_count, self._history)
             if not decision.captures:
                 self._fallback = decision.fall_back
+                self._quick = None
                 self._history.append(decision.event)
                 warnings.warn(
                     decision.event.message, RecaptureWarning, stacklevel=user_stacklevel()
@@ -565,13 +578,21 @@ class CompiledFunction:
         if flat is not None:
             self._flat[flat[1]] = capture
         follow_engine(capture)  # a faster engine, chosen in the background, is swapped in
+        if flat is not None:
+            capture.quick = quick_path(capture, flat[1][0::2], self._calls)
         while len(self._entries) > MAX_ENTRIES:
             entries = self._entries
             oldest = min(entries, key=lambda k: entries[k].last_used)
             dropped = entries.pop(oldest)
             # Rebuilt, not changed in place: the replay path reads it without the lock.
             self._flat = {f: c for f, c in self._flat.items() if c is not dropped}
+        self._make_current(capture)
+
+    def _make_current(self, capture: Capture) -> None:
+        """Make ``capture`` the current one: its quick path (:func:`quick_path`) then serves
+        the calls that fit it before anything else runs (not while the function falls back)."""
         self._current = capture
+        self._quick = capture.quick if self._fallback is None else None
 
     def _note(self, event: CaptureEvent, capture: Capture) -> None:
         """Record the capture in the history, and warn (once per message) when its structure

@@ -19,7 +19,7 @@ engine once that is chosen: one assignment of a new frozen ``Replay``, which a c
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -47,6 +47,8 @@ __all__ = [
     "GuardMiss",
     "Runner",
     "follow_engine",
+    "quick_path",
+    "MISS",
 ]
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
@@ -219,6 +221,8 @@ class Capture:
         pins: Why an operation fixed a dynamic size to one value, one message each.
         buffers: The arrays held: the graph's constants and the guards' expected values.
         last_used: The number of the last call this entry served (or captured).
+        quick: Its replay path for calls of positional NumPy arrays (:func:`quick_path`),
+            set when the compiled function keeps it; None where there is none.
     """
 
     inputs: CapturedInputs
@@ -229,6 +233,7 @@ class Capture:
     pins: tuple[str, ...] = ()
     buffers: tuple[np.ndarray, ...] = ()
     last_used: int = 0
+    quick: Callable[[tuple[Any, ...]], Any] | None = None
 
     @property
     def eager_why(self) -> str | None:
@@ -259,6 +264,61 @@ def _swap_replay(capture: Capture, plan: object) -> None:
     replay = capture.replay
     if replay is not None and replay.remake is not None:
         capture.replay = replay.remake()
+
+
+MISS = object()  # what a quick path returns for a call it does not serve
+
+
+def quick_path(
+    capture: Capture, dtypes: Sequence[np.dtype], calls: Iterator[int]
+) -> Callable[[tuple[Any, ...]], Any] | None:
+    """The replay path of ``capture`` for a call of positional NumPy arrays of ``dtypes`` (the
+    capture's key), as one generated function: ``quick(args)`` returns the result, or
+    :data:`MISS` for any call it does not serve (other kinds or numbers of arguments, other
+    dtypes or shapes, an implicit input that changed, arrays that alias a written one), which
+    the compiled function then serves on its full path, where a miss is explained. It stamps
+    ``capture.last_used`` from ``calls`` and reads ``capture.replay`` at each call (a faster
+    engine may be swapped in).
+
+    A static graph is checked inline (each array's exact type, shape and dtype) and its plan
+    runs unchecked; any other graph goes through :meth:`Replay.serve`, whose misses all come
+    before the plan runs. None for a capture with value guards (they miss after the run,
+    which must then not run twice: it may draw random numbers) or without a replay.
+    """
+    replay = capture.replay
+    if replay is None or replay.guards:
+        return None
+    n = len(dtypes)
+    names = [f"a{i}" for i in range(n)]
+    env: dict[str, Any] = {"_nd": np.ndarray, "_capture": capture, "_calls": calls}
+    env.update({"_MISS": MISS, "_ReplayMiss": ReplayMiss})
+    checks = [f"type({a}) is _nd" for a in names]
+    checks += [f"{a}.dtype == _d{i}" for i, a in enumerate(names)]
+    env.update({f"_d{i}": dtype for i, dtype in enumerate(dtypes)})
+    listed = "[" + ", ".join(names) + "]"
+    lines = [f"    if len(args) != {n}:", "        return _MISS"]
+    if n:
+        lines.append("    " + ", ".join(names) + ("," if n == 1 else "") + " = args")
+    static = replay.static_shapes
+    if static is not None and len(static) == n and not replay.fetch and not replay.write_backs:
+        env.update({f"_s{i}": shape for i, shape in enumerate(static)})
+        checks += [f"{a}.shape == _s{i}" for i, a in enumerate(names)]
+        lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
+        lines += ["    replay = _capture.replay", "    _capture.last_used = next(_calls)"]
+        if replay.one_tensor:
+            lines.append(f"    return replay.run_unchecked({listed})[0]")
+        else:
+            lines.append(f"    arrays = {listed}")
+            lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
+    else:  # the plan's input check (ranks, sizes), and serve's other checks
+        lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
+        lines += ["    try:", f"        result = _capture.replay.serve({listed}, False)"]
+        lines += ["    except _ReplayMiss:", "        return _MISS"]
+        lines += ["    _capture.last_used = next(_calls)", "    return result"]
+    head = f"def quick(args, *, {', '.join(f'{k}={k}' for k in env)}):"
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join([head, *lines]) + "\n", "<kiln quick path>", "exec"), env, namespace)  # noqa: S102
+    return namespace["quick"]  # type: ignore[no-any-return]
 
 
 def held_bytes(arrays: Iterable[np.ndarray]) -> int:
