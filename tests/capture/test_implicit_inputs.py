@@ -258,3 +258,73 @@ def test_concurrent_captures_share_stand_ins_and_restore_the_originals():
     got = f(np.ones((2, 4)))
     np.random.seed(0)
     np.testing.assert_array_equal(got, np.ones((2, 4)) * u + np.random.rand(1))
+
+
+# -- callable objects, functions held in attributes, lists and dicts -------------------------
+
+
+class Scaled:
+    """A callable object: its attributes and what its ``__call__`` reaches are searched."""
+
+    def __init__(self, fn, w):
+        self.fn = fn
+        self.w = w
+
+    def __call__(self, x):
+        return self.fn(x) * self.w
+
+
+def test_a_callable_object_reads_its_attributes_and_its_functions_closures_afresh():
+    u = rand(3)
+    target = Scaled(lambda x: x + u, rand(3, seed=1))
+    f = kiln.compile(target)
+    x = rand(3, seed=2)
+    f(x)
+    f(x)
+    u *= 2  # in the closure of the function held in target.fn
+    target.w -= 1.0  # an attribute of the callable object
+    close(f(x), (x + u) * target.w)
+    target.fn = lambda x: x - u  # rebinding a function is a new structure (eager: traced again)
+    assert kinds(f) == ["first"]
+
+
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_arrays_in_a_closure_list_or_dict_are_read_afresh(container):
+    w, b = rand(3, 3), rand(3, seed=1)
+    params = [w, b] if container == "list" else {"w": w, "b": b}
+    keys = (0, 1) if container == "list" else ("w", "b")
+
+    def layer(x):
+        return x @ params[keys[0]] + params[keys[1]]
+
+    f = kiln.compile(layer)
+    x = rand(2, 3, seed=2)
+    f(x)
+    f(x)
+    params[keys[0]] -= 0.5  # in place
+    close(f(x), x @ params[keys[0]] + params[keys[1]])
+    params[keys[1]] = rand(3, seed=3)  # an item rebound
+    close(f(x), x @ params[keys[0]] + params[keys[1]])
+    params[keys[1]] = rand(2, 3, seed=4)  # another shape: a re-capture
+    close(f(x), x @ params[keys[0]] + params[keys[1]])
+    assert kinds(f) == ["first", "implicit input"]
+    assert type(params[keys[0]]) is np.ndarray  # the originals are back
+
+
+def test_a_list_in_an_attribute_and_a_list_that_shrinks():
+    class Model:
+        def __init__(self):
+            self.layers = [rand(3), rand(3, seed=1)]
+
+        def __call__(self, x):
+            return x * self.layers[0] + self.layers[-1]
+
+    m = Model()
+    f = kiln.compile(m)
+    x = rand(3, seed=2)
+    f(x)
+    f(x)
+    m.layers[0] *= 3
+    close(f(x), x * m.layers[0] + m.layers[-1])
+    m.layers.pop()  # layers[-1] is now layers[0]: a re-capture reads it
+    close(f(x), x * m.layers[0] + m.layers[-1])

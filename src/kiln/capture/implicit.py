@@ -24,6 +24,7 @@ function reaches becomes a constant.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import threading
 import types
@@ -42,6 +43,10 @@ __all__ = ["ImplicitSlot", "ImplicitSlots", "ImplicitReads", "ImplicitMiss", "di
 
 _MAX_DEPTH = 2  # attribute levels searched below an object, and function levels below target
 _MAX_SLOTS = 256  # implicit arrays a capture offers at most
+_MAX_ITEMS = 64  # items of a list or dict searched (a longer one is data, not state)
+# What reading a place that changed shape raises: a deleted attribute or key, an empty cell,
+# a list grown shorter, a container replaced by something else.
+_GONE = (AttributeError, KeyError, ValueError, IndexError, TypeError)
 # Functions from these packages are not searched: their globals are not the user's state.
 _LIBRARIES = frozenset({"numpy", "kiln", "scipy", "jax", "jaxlib", "torch", "optree", "onnx"})
 # One capture with stand-ins at a time: two concurrent captures must not save each other's
@@ -82,12 +87,19 @@ def _describe(value: Any) -> str:
 
 class ImplicitReads:
     """The replay's getters of the implicit inputs a graph takes, in graph-input order, with
-    the dtype and shape each must have."""
+    the dtype and shape each must have, and whether it is a random draw (``draws``: some
+    are, and reading them advances a random stream, so a replay checks the call's own
+    arrays first, against :meth:`prototypes`)."""
 
-    __slots__ = ("_reads",)
+    __slots__ = ("_reads", "draws")
 
-    def __init__(self, reads: Sequence[tuple[str, Callable[[], Any], np.dtype, tuple[int, ...]]]):
+    def __init__(
+        self,
+        reads: Sequence[tuple[str, Callable[[], Any], np.dtype, tuple[int, ...]]],
+        draws: bool = False,
+    ):
         self._reads = tuple(reads)
+        self.draws = draws
 
     def __len__(self) -> int:
         return len(self._reads)
@@ -102,7 +114,7 @@ class ImplicitReads:
         for name, read, dtype, shape in self._reads:
             try:
                 value = read()
-            except (AttributeError, KeyError, ValueError):  # deleted, or an empty cell
+            except _GONE:  # deleted, an empty cell, a shorter list
                 raise ImplicitMiss(name, f"{dtype}{list(shape)}", "nothing (deleted)") from None
             cls = type(value)
             if cls is Tensor:
@@ -113,6 +125,11 @@ class ImplicitReads:
                 raise ImplicitMiss(name, f"{dtype}{list(shape)}", _describe(value))
             arrays.append(value)
         return arrays
+
+    def prototypes(self) -> list[np.ndarray]:
+        """An array of each implicit input's dtype and shape (a broadcast zero: no memory),
+        read from nothing and drawing nothing: what an input check sees in their place."""
+        return [np.broadcast_to(np.zeros((), dtype), shape) for _, _, dtype, shape in self._reads]
 
     def wrap(self, run: Callable[[list[np.ndarray]], list[np.ndarray]]) -> Any:
         """``run`` taking the call's arrays followed by the implicit inputs read now."""
@@ -168,11 +185,14 @@ class ImplicitSlots:
         slot = entry.slot
         try:
             now = slot.read()
-        except (AttributeError, KeyError, ValueError):
+        except _GONE:
             now = entry.standin
         if now is entry.standin:
             if entry.standin is not entry.original:
-                slot.write(entry.original)
+                try:
+                    slot.write(entry.original)
+                except _GONE:  # (a list the target shortened)
+                    pass
             return
         self.rebound.append(slot.name)
         if (
@@ -221,7 +241,7 @@ def _entry(slot: ImplicitSlot) -> _Entry | None:
     if standin is not original:
         try:
             slot.write(standin)
-        except (AttributeError, TypeError):  # a read-only attribute, slots, frozen
+        except (AttributeError, TypeError, IndexError):  # read-only, slots, frozen
             return None
     entry = _PLACES[slot.where] = _Entry(slot, original, standin)
     return entry
@@ -240,6 +260,11 @@ def discover(target: Callable[..., Any], static_leaves: Sequence[Any]) -> Implic
         fn = fn.func
     if isinstance(fn, types.FunctionType):
         finder.function(fn, 0)
+    elif _is_object(fn):  # a callable object: its attributes and its __call__'s code
+        finder.object(fn, "self", 0, _constant(fn), "")
+        call = getattr(type(fn), "__call__", None)  # noqa: B004 (its code, not whether it is)
+        if isinstance(call, types.FunctionType):
+            finder.function(call, 0)
     for i, leaf in enumerate(static_leaves):
         if _is_object(leaf):
             finder.object(leaf, "self" if i == 0 else f"arg{i}", 0, _constant(leaf), "")
@@ -297,8 +322,30 @@ class _Finder:
         elif isinstance(value, types.MethodType):
             holder = value.__self__
             self.object(holder, name, depth + 1, _constant(holder), "")
+        elif isinstance(value, functools.partial):
+            self.value(value.func, name, None, depth)
+            for i, arg in enumerate(value.args):
+                self.value(arg, f"{name}.{i}", None, depth + 1)
+        elif type(value) in (list, dict) and place is not None:
+            self.items(value, name, place[0], depth)
         elif _is_object(value) and place is not None:
             self.object(value, name, depth + 1, place[0], "")
+
+    def items(
+        self, container: list[Any] | dict[Any, Any], name: str, root: Any, depth: int
+    ) -> None:
+        """The arrays held directly in a list or dict (``params[0]``, ``weights["w1"]``),
+        read as ``root()[key]`` (a rebound container is seen): one level, the first
+        ``_MAX_ITEMS`` items. A tuple is not searched: its items cannot hold a stand-in."""
+        if depth > _MAX_DEPTH or id(container) in self._seen:
+            return
+        self._seen.add(id(container))
+        keyed = container.items() if type(container) is dict else enumerate(container)
+        for key, value in itertools.islice(keyed, _MAX_ITEMS):
+            if isinstance(value, (np.ndarray, Tensor)) or is_generator(value):
+                read = _chained(root, operator.itemgetter(key))
+                write = functools.partial(container.__setitem__, key)
+                self.add(f"{name}[{key!r}]", value, read, write, (id(container), f"[{key!r}]"))
 
     def function(self, fn: types.FunctionType, depth: int) -> None:
         if depth > _MAX_DEPTH or id(fn) in self._seen:
@@ -343,6 +390,10 @@ class _Finder:
                 self.add(f"{name}.{attr}", value, read, write, (id(obj), attr))
             elif _is_object(value):
                 self.object(value, f"{name}.{attr}", depth + 1, root, path)
+            elif type(value) in (list, dict):
+                self.items(value, f"{name}.{attr}", read, depth + 1)
+            elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
+                self.value(value, f"{name}.{attr}", None, depth)  # (self.fn's closure)
 
 
 def _constant(x: Any) -> Callable[[], Any]:

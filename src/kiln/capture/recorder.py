@@ -37,7 +37,7 @@ from ..tensor import Tensor, fresh_outputs
 from ..tree import unflatten
 from .implicit import ImplicitReads, ImplicitSlot, discover
 from .randomness import Draws, RecordingGenerator, is_generator, recording_draws
-from .replay import Capture, Replay, Runner, ValueGuard
+from .replay import Capture, Replay, Runner, ShapeDrift, ValueGuard
 from .scalars import TracedFloat, standin
 from .signature import CallSignature, CapturedInputs, DriftAxes
 from .trace import InputSlot, Tracer, TraceRef, old_objects_frozen, plan_inputs, record
@@ -252,7 +252,8 @@ def _record_capture(
                 [
                     (slot.name, slot.read, value.type.dtype, tuple(value.type.shape))
                     for slot, value in tracer.implicit_inputs
-                ]
+                ],
+                draws=any(slot.write is _read_only for slot, _ in tracer.implicit_inputs),
             )
             # Written inputs (explicit, then implicit) as they were before the call, and each
             # written array's contents after it (the write-backs' expected values).
@@ -479,6 +480,9 @@ def _replay(
             static_shapes = tuple(tuple(int(d) for d in v.shape) for v in explicit)
             run_unchecked = run_arrays
     single = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
+    precheck = None
+    if reads is not None and reads.draws:
+        precheck = _prechecker(program.check_inputs, reads.prototypes())
     return Replay(
         run=run,
         outputs=outputs,
@@ -490,6 +494,7 @@ def _replay(
         container=_flat_container(outputs, n_outputs),
         write_backs=tuple(write_backs),
         fetch=reads.fetch if reads else None,
+        precheck=precheck,
         remake=None
         if options.specialize is True and dynamic
         else functools.partial(
@@ -508,6 +513,20 @@ def _flat_container(outputs: _Outputs, n_outputs: int) -> type | None:
             if outputs.spec == optree.tree_structure(flat_result):
                 found = container
     return found
+
+
+def _prechecker(check: Runner, prototypes: list[np.ndarray]) -> Callable[[list[np.ndarray]], None]:
+    """The input check of a call's own arrays, the implicit inputs stood for by
+    ``prototypes``: a replay that draws random numbers misses before it draws any (a drifted
+    call is then served by a re-capture that draws as eager NumPy does, once)."""
+
+    def precheck(arrays: list[np.ndarray]) -> None:
+        try:
+            check([*arrays, *prototypes])
+        except InputMismatchError as mismatch:
+            raise ShapeDrift(mismatch) from None
+
+    return precheck
 
 
 def _checked_runner(check: Runner, run_arrays: Runner) -> Runner:

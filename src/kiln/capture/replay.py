@@ -110,6 +110,9 @@ class Replay:
         fetch: Reads the implicit inputs at each call (the arrays the function reaches
             without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
             graph takes after the call's own; None when it takes none.
+        precheck: Checks the call's own arrays before ``fetch`` runs, raising
+            :class:`ShapeDrift`, when ``fetch`` draws random numbers (a call that misses
+            must not have advanced the stream); None otherwise.
         remake: Builds this replay again from the graph's program as it is now (after a
             faster engine was swapped in); None when the replay does not follow its program.
     """
@@ -124,6 +127,7 @@ class Replay:
     container: type | None = None
     write_backs: tuple[tuple[int, int], ...] = ()
     fetch: Callable[[], list[np.ndarray]] | None = None
+    precheck: Callable[[list[np.ndarray]], None] | None = None
     remake: Callable[[], Replay] | None = field(default=None, compare=False, repr=False)
 
     def serve(self, arrays: list[np.ndarray], tensors_out: bool) -> Any:
@@ -136,6 +140,8 @@ class Replay:
             GuardMiss: A value guard failed.
         """
         if self.fetch is not None:
+            if self.precheck is not None:
+                self.precheck(arrays)  # (ShapeDrift before any random draw)
             arrays = [*arrays, *self.fetch()]  # (ImplicitMiss: one changed dtype or shape)
         if self.write_backs:
             _check_unaliased(arrays, self.write_backs)
@@ -300,9 +306,10 @@ def quick_path(
     if n:
         lines.append("    " + ", ".join(names) + ("," if n == 1 else "") + " = args")
     static = replay.static_shapes
-    if static is not None and len(static) == n and not replay.fetch and not replay.write_backs:
+    if static is not None and len(static) == n:
         env.update({f"_s{i}": shape for i, shape in enumerate(static)})
         checks += [f"{a}.shape == _s{i}" for i, a in enumerate(names)]
+    if static is not None and len(static) == n and not replay.fetch and not replay.write_backs:
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
         lines += ["    replay = _capture.replay", "    _capture.last_used = next(_calls)"]
         if replay.one_tensor:
@@ -310,7 +317,7 @@ def quick_path(
         else:
             lines.append(f"    arrays = {listed}")
             lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
-    else:  # the plan's input check (ranks, sizes), and serve's other checks
+    else:  # serve: implicit inputs, write-backs, the input check of a dynamic graph
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
         lines += ["    try:", f"        result = _capture.replay.serve({listed}, False)"]
         lines += ["    except _ReplayMiss:", "        return _MISS"]
