@@ -87,3 +87,25 @@ def test_float64_subnormal_input_is_checked_too() -> None:
         traced(a)
     graph = traced.graph
     _same(JaxPlan(graph, fallback=CpuPlan(graph)).run_arrays([a])[0], a / a)
+
+
+# -- a NaN constant (fuzz 29:1482) ------------------------------------------------------------
+# XLA's CPU compiler miscompiles exp of an operand built from a NaN it can see (0 or garbage,
+# even behind an optimization barrier); the plan passes such constants at run time.
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: np.sinh(a - np.nan),  # 29:1482
+        lambda a: np.exp(a * np.float32(np.nan)),
+        lambda a: np.cosh(np.where(a > 0, a, np.nan)),
+        lambda a: np.exp(a - np.float32([np.nan, 1.0, 2.0, np.nan])),
+    ],
+)
+def test_a_nan_constant_reaches_exp_as_numpy_computes_it(fn) -> None:
+    a = np.array([-2.02, 1e-30, -1.12, -3.75], np.float32)
+    traced = kiln.trace(fn, a)
+    traced.optimize()
+    traced.finalize(engine="jax")
+    _same(traced(a).numpy(), _numpy(fn, a))

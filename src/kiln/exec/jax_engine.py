@@ -129,6 +129,16 @@ _SUBNORMAL_BITS: dict[str, tuple[Any, int, int]] = {
 }
 
 
+def has_nan(x: np.ndarray) -> bool:
+    """True when ``x`` (a floating or complex array) holds a NaN.
+
+    Example:
+        >>> has_nan(np.float32([1.0, np.nan])), has_nan(np.int64([1]))
+        (True, False)
+    """
+    return x.dtype.kind in "fc" and bool(np.isnan(x).any())
+
+
 def has_subnormal(x: np.ndarray) -> bool:
     """True when ``x`` (a float32, float64 or bfloat16 array) holds a subnormal number, which
     XLA would read as zero. Other dtypes: False.
@@ -947,6 +957,8 @@ def unsupported_ops(graph: ModelGraph) -> list[str]:
                 missing[f"{where} ({key}): {why}"] = None
             if any(has_subnormal(c.data) for c in sub.constants):
                 missing[f"{where} ({key}): a constant holds a subnormal number"] = None
+            if any(has_nan(c.data) for c in sub.constants):  # (see JaxPlan: embedded NaN)
+                missing[f"{where} ({key}): a constant holds a NaN, which XLA miscompiles"] = None
         lower = LOWERINGS.get(node.op)
         if lower is not None:
             if isinstance(lower, FirstOutputs):
@@ -1022,7 +1034,9 @@ class JaxPlan(Plan):
         passed: list[Any] = []
         passed_ids: list[int] = []
         for c in graph.constants:
-            if c.data.size <= EMBED_MAX_ELEMENTS:
+            # A NaN XLA can see miscompiles: exp(x - nan) on the CPU gives 0 or garbage, even
+            # behind an optimization barrier (jax 0.10); a NaN passed at run time does not.
+            if c.data.size <= EMBED_MAX_ELEMENTS and not has_nan(c.data):
                 embedded[id(c.value)] = c.data
             else:
                 passed_ids.append(id(c.value))
