@@ -4,6 +4,8 @@ sizes, shape guards compiled to Python once) and the steps computed from the inp
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,22 @@ def test_compiled_replay_after_drift_matches_numpy():
     for n in (10, 12, 14, 15, 16, 31):
         x = rng.standard_normal((n, 5))
         np.testing.assert_array_equal(f(x), _paired_mean(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.float16])
+@pytest.mark.parametrize("axis, keepdims", [(0, False), (-1, True), ((0, 1), False)])
+def test_a_mean_over_a_symbolic_size_counts_it_at_run_time(dtype, axis, keepdims):
+    def fn(x):
+        return x.mean(axis=axis, keepdims=keepdims)
+
+    plan = _plan(fn, np.zeros((6, 4), dtype), axes={0: [0, 1]})
+    assert "shape[" in plan.source  # the count is read off the data's shape
+    rng = np.random.default_rng(2)
+    for shape in ((6, 4), (1, 3), (7, 1), (0, 4), (3, 0)):
+        x = (rng.standard_normal(shape) * 100).astype(dtype)
+        with warnings.catch_warnings():  # (an empty mean is NaN, with NumPy's warning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = fn(x)
+        (got,) = plan.run([x])
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got.numpy(), expected)

@@ -345,9 +345,10 @@ def _squares_fast(
 def _mean_fast(
     inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
 ) -> KernelCall | None:
-    """ReduceMean of a float or complex with plan-time axes and sizes: what :func:`_mean`
-    computes, the sum in the dtype over the count as a float64 (cast back where the quotient
-    is wider), in one expression."""
+    """ReduceMean of a float or complex with plan-time axes: what :func:`_mean` computes, the
+    sum in the dtype over the count as a float64 (cast back where the quotient is wider), in
+    one expression. The count is a plan-time constant, or read off the data's shape where a
+    reduced size is symbolic."""
     data = inputs[0]
     if data is None or data.dtype == dtypes.bfloat16:
         return None
@@ -357,13 +358,21 @@ def _mean_fast(
     if axes is None:
         return None
     sizes = [data.shape[a] for a in axes]
-    if not all(isinstance(d, int) for d in sizes):
-        return None
-    total = "{b0}({0}, {b1}, {b2}, None, {b3}) / {b4}"
-    binds = (np.add.reduce, axes, data.dtype, bool(attrs["keepdims"]), np.float64(math.prod(sizes)))
+    if all(isinstance(d, int) for d in sizes):
+        count: Any = np.float64(math.prod(sizes))
+        total = "{b0}({0}, {b1}, {b2}, None, {b3}) / {b4}"
+    else:  # a symbolic size: the count read off the data's shape, as a float64
+        count = np.float64
+        total = "{b0}({0}, {b1}, {b2}, None, {b3}) / {b4}(" + _shape_product(axes) + ")"
+    binds = (np.add.reduce, axes, data.dtype, bool(attrs["keepdims"]), count)
     if data.dtype not in (dtypes.float64, dtypes.complex128):
         total = "(" + total + ").astype({b2})"  # the quotient is float64 or complex128
     return KernelCall(total, binds)
+
+
+def _shape_product(axes: tuple[int, ...]) -> str:
+    """The source of the product of the data's sizes along ``axes`` (``1`` for none)."""
+    return " * ".join(f"{{0}}.shape[{a}]" for a in axes) or "1"
 
 
 def _known_axes(ndim: int, axes: Typed | None, attrs: Mapping[str, Any]) -> tuple[int, ...] | None:
