@@ -188,3 +188,26 @@ def test_reduction_of_an_input_is_not_copied() -> None:
     x = np.ones((2, 3), np.float32)
     out = plan.run_arrays([x])[0]
     assert out.base is None and not np.shares_memory(out, x)
+
+
+def test_a_view_read_through_a_shape_or_bounds_input_costs_no_copy() -> None:
+    # The shape of a Reshape and the bounds of a Slice are read for their values only
+    # (Input.values_only): a reshape or slice of the run's own buffer is handed out as is,
+    # while one of the input is still copied.
+    def fn(x: Any) -> Any:
+        y = x * 2
+        return y.reshape(3, 2), y[:, 1:], x.reshape(3, 2)
+
+    graph = kiln.trace(fn, kiln.ones((2, 3), "float32")).graph
+    copies = output_copies(graph, _allocated_by(graph, "Mul"))
+    assert [c.action for c in copies][:1] == ["check"]  # y is shared by the first two
+    graph = kiln.trace(lambda x: (x * 2).reshape(3, 2), kiln.ones((2, 3), "float32")).graph
+    assert [c.action for c in output_copies(graph, _allocated_by(graph, "Mul"))] == ["keep"]
+    assert ".copy()" not in CpuPlan(graph).source
+    for engine in ENGINES:
+        plan = build_plan(kiln.trace(fn, kiln.ones((2, 3), "float32")).graph, None, engine)
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        outs = plan.run_arrays([x])
+        _assert_unaliased(outs, [x])
+        for got, want in zip(outs, fn(x.copy())):
+            np.testing.assert_array_equal(got, want)

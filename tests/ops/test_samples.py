@@ -70,3 +70,23 @@ def test_sample_inputs_are_arrays() -> None:
         for sample in op.samples():
             for x in sample.inputs:
                 assert x is None or isinstance(x, np.ndarray), op.name
+
+
+VALUES_ONLY = [
+    pytest.param(op, sample, id=f"{op.qualified_name}-{i}-{sample.name}")
+    for op in all_ops()
+    if any(formal.values_only for formal in op.inputs)
+    for i, sample in enumerate(op.samples())
+]
+
+
+@pytest.mark.parametrize("op, sample", VALUES_ONLY)
+def test_no_output_views_an_input_read_for_its_values(op, sample) -> None:
+    # Input.values_only lets the plans hand such an output out without a copy
+    # (kiln.exec.plan.output_copies): the kernel must never return a view of that input.
+    assert VALUES_ONLY  # (Reshape, Slice, Expand, ... declare theirs)
+    produced = run_kernel(op, list(sample.inputs), op.bind_attrs(sample.attrs))
+    for k, (formal, x) in enumerate(zip(op.inputs, sample.inputs)):
+        if formal.values_only and x is not None:
+            for out in produced:
+                assert not np.shares_memory(np.asarray(out), x), (op.name, k)

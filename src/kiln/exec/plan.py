@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
+from ..errors import OpArgumentError
+from ..ops.registry import get_op
 from ..tensor import Tensor
 
 if TYPE_CHECKING:
@@ -77,6 +79,28 @@ class OutputCopy(NamedTuple):
     distinct: tuple[Value, ...] = ()
 
 
+def _viewable(node: Any) -> list[Value]:
+    """The inputs of ``node`` whose buffers its outputs may view: all but those its operator
+    reads only for their values (a Reshape's shape, a Slice's bounds: ``Input.values_only``)."""
+    try:
+        formals = get_op(node.op).inputs
+    except OpArgumentError:  # (not a registered operator: any input may be viewed)
+        formals = ()
+    viewable = []
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            continue
+        if i < len(formals):
+            formal = formals[i]
+        elif formals and formals[-1].variadic:
+            formal = formals[-1]
+        else:
+            formal = None
+        if formal is None or not formal.values_only:
+            viewable.append(v)
+    return viewable
+
+
 def output_copies(
     graph: ModelGraph,
     allocates: Callable[[Value], bool],
@@ -108,7 +132,7 @@ def output_copies(
         roots[id(v)] = frozenset({id(v)})
         external[id(v)] = v
     for node in graph.nodes:
-        upstream = frozenset().union(*(roots[id(v)] for v in node.inputs if v is not None))
+        upstream = frozenset().union(*(roots[id(v)] for v in _viewable(node)))
         for v in node.outputs:
             if constant(v):
                 external[id(v)] = v

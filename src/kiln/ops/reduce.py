@@ -266,7 +266,7 @@ def _reduction(
         OpDef(
             name=name,
             doc=doc,
-            inputs=(Input("data"), Input("axes", optional=True)),
+            inputs=(Input("data"), Input("axes", values_only=True, optional=True)),
             outputs=("reduced",),
             attrs={"keepdims": Attr("int", 1), "noop_with_empty_axes": Attr("int", 0)},
             infer=infer,

@@ -113,12 +113,15 @@ _ATTR_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor", "graph
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """One formal input. ``variadic`` takes every remaining actual input (Concat, Max, ...)."""
+    """One formal input. ``variadic`` takes every remaining actual input (Concat, Max, ...);
+    ``values_only``: the operator reads only its values (a shape, axes, bounds, pads), so no
+    output is ever a view of its buffer."""
 
     name: str
     optional: bool = False
     variadic: bool = False
     doc: str = ""
+    values_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -447,7 +447,7 @@ register(
         name="Reshape",
         doc="The data in a new shape; one size may be -1 (inferred), 0 copies the input size "
         "unless allowzero=1.",
-        inputs=(Input("data"), Input("shape")),
+        inputs=(Input("data"), Input("shape", values_only=True)),
         outputs=("reshaped",),
         attrs={"allowzero": Attr("int", 0)},
         infer=_reshape_infer,
@@ -699,7 +699,7 @@ register(
     OpDef(
         name="Squeeze",
         doc="The size-1 axes listed in ``axes`` removed (every size-1 axis when omitted).",
-        inputs=(Input("data"), Input("axes", optional=True)),
+        inputs=(Input("data"), Input("axes", values_only=True, optional=True)),
         outputs=("squeezed",),
         infer=_squeeze_infer,
         kernel=_squeeze_kernel,
@@ -714,7 +714,7 @@ register(
     OpDef(
         name="Unsqueeze",
         doc="Size-1 axes inserted at ``axes`` (positions in the output).",
-        inputs=(Input("data"), Input("axes")),
+        inputs=(Input("data"), Input("axes", values_only=True)),
         outputs=("expanded",),
         infer=_unsqueeze_infer,
         kernel=_unsqueeze_kernel,
@@ -785,7 +785,7 @@ register(
     OpDef(
         name="Expand",
         doc="The input broadcast with ``shape`` (bidirectionally, as NumPy broadcasts two shapes).",
-        inputs=(Input("input"), Input("shape")),
+        inputs=(Input("input"), Input("shape", values_only=True)),
         outputs=("output",),
         infer=_expand_infer,
         kernel=_expand_kernel,
@@ -845,7 +845,7 @@ register(
     OpDef(
         name="Tile",
         doc="The input repeated ``repeats[i]`` times along each axis i.",
-        inputs=(Input("input"), Input("repeats")),
+        inputs=(Input("input"), Input("repeats", values_only=True)),
         outputs=("output",),
         infer=_tile_infer,
         kernel=_tile_kernel,
@@ -1051,7 +1051,7 @@ register(
         name="Split",
         doc="The input cut along ``axis`` into pieces of the sizes in ``split``, or into "
         "num_outputs equal pieces (the last one smaller when the size does not divide).",
-        inputs=(Input("input"), Input("split", optional=True)),
+        inputs=(Input("input"), Input("split", values_only=True, optional=True)),
         outputs=("outputs",),
         attrs={"axis": Attr("int", 0), "num_outputs": Attr("int", None)},
         infer=_split_infer,
@@ -1235,10 +1235,10 @@ register(
         "with negative bounds counted from the end and out-of-range bounds clamped.",
         inputs=(
             Input("data"),
-            Input("starts"),
-            Input("ends"),
-            Input("axes", optional=True),
-            Input("steps", optional=True),
+            Input("starts", values_only=True),
+            Input("ends", values_only=True),
+            Input("axes", values_only=True, optional=True),
+            Input("steps", values_only=True, optional=True),
         ),
         outputs=("output",),
         infer=_slice_infer,
@@ -1907,9 +1907,9 @@ register(
         "with ``constant_value``, a reflection, the edge values, or wrapping around.",
         inputs=(
             Input("data"),
-            Input("pads"),
+            Input("pads", values_only=True),
             Input("constant_value", optional=True),
-            Input("axes", optional=True),
+            Input("axes", values_only=True, optional=True),
         ),
         outputs=("output",),
         attrs={"mode": Attr("str", "constant")},
@@ -2347,7 +2347,7 @@ register(
         name="Trilu",
         doc="The upper (upper=1) or lower triangle of the last two axes, from diagonal k; the "
         "rest set to zero.",
-        inputs=(Input("input"), Input("k", optional=True)),
+        inputs=(Input("input"), Input("k", values_only=True, optional=True)),
         outputs=("output",),
         attrs={"upper": Attr("int", 1)},
         infer=_trilu_infer,
@@ -2825,8 +2825,8 @@ register(
         inputs=(
             Input("X"),
             Input("roi", optional=True),
-            Input("scales", optional=True),
-            Input("sizes", optional=True),
+            Input("scales", values_only=True, optional=True),
+            Input("sizes", values_only=True, optional=True),
         ),
         outputs=("Y",),
         attrs={
