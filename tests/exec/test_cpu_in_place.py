@@ -65,6 +65,27 @@ def test_mask_writes_run_in_the_buffer_they_write():
     np.testing.assert_array_equal(given, x)  # the input is never written by the pure run
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.bool_])
+def test_the_mask_write_kernel_is_numpys_mask_assignment(dtype):
+    # One value and a mask of the data's shape: data[cond] = value; anything else: copyto.
+    from kiln.exec.cpu import _where_into
+
+    rng = np.random.default_rng(5)
+    data = (rng.standard_normal((6, 7)) * 4).astype(dtype)
+    for cond in (data > 1, np.zeros((6, 7), bool), np.ones((6, 7), bool), (data > 0)[0]):
+        for values in (np.array(3, dtype), (rng.standard_normal(7) * 4).astype(dtype)):
+            expected = np.where(cond, values, data)
+            buffer = data.copy()
+            got = _where_into(cond, values, buffer)
+            assert got is buffer and got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)
+    frozen = data.copy()
+    frozen.flags.writeable = False
+    got = _where_into(frozen > 1, np.array(3, dtype), frozen)
+    assert got is not frozen
+    np.testing.assert_array_equal(got, np.where(frozen > 1, np.array(3, dtype), frozen))
+
+
 def test_rows_of_a_fill_are_computed_in_the_result():
     x = np.random.default_rng(3).standard_normal((6, 50))
     a = np.random.default_rng(4).standard_normal(50)
