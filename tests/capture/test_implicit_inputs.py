@@ -328,3 +328,42 @@ def test_a_list_in_an_attribute_and_a_list_that_shrinks():
     close(f(x), x * m.layers[0] + m.layers[-1])
     m.layers.pop()  # layers[-1] is now layers[0]: a re-capture reads it
     close(f(x), x * m.layers[0] + m.layers[-1])
+
+
+PARAMS = (rand(3), rand(3, seed=1))
+
+
+def _affine(x):
+    return x * PARAMS[0] + PARAMS[1]
+
+
+def test_arrays_in_a_global_tuple_are_read_afresh_and_the_tuple_rebound_is_seen():
+    global PARAMS
+    f = kiln.compile(_affine)
+    x = rand(3, seed=2)
+    f(x)
+    f(x)
+    assert type(PARAMS) is tuple and all(type(p) is np.ndarray for p in PARAMS)
+    PARAMS[0][:] = 2.0  # in place
+    close(f(x), x * PARAMS[0] + PARAMS[1])
+    PARAMS = (PARAMS[0] - 1.0, PARAMS[1] * 3)  # the tuple rebound, as an update step does
+    close(f(x), x * PARAMS[0] + PARAMS[1])
+    assert kinds(f) == ["first"]
+
+
+def test_a_tuple_held_by_an_attribute():
+    class Layer:
+        def __init__(self):
+            self.wb = (rand(3), rand(3, seed=1))
+
+        def __call__(self, x):
+            w, b = self.wb
+            return x * w + b
+
+    layer = Layer()
+    f = kiln.compile(layer)
+    x = rand(3, seed=2)
+    f(x)
+    f(x)
+    layer.wb = (layer.wb[0] * 2, layer.wb[1])
+    close(f(x), x * layer.wb[0] + layer.wb[1])

@@ -326,17 +326,23 @@ class _Finder:
             self.value(value.func, name, None, depth)
             for i, arg in enumerate(value.args):
                 self.value(arg, f"{name}.{i}", None, depth + 1)
-        elif type(value) in (list, dict) and place is not None:
-            self.items(value, name, place[0], depth)
+        elif type(value) in (list, dict, tuple) and place is not None:
+            self.items(value, name, place[0], place[1], depth)
         elif _is_object(value) and place is not None:
             self.object(value, name, depth + 1, place[0], "")
 
     def items(
-        self, container: list[Any] | dict[Any, Any], name: str, root: Any, depth: int
+        self,
+        container: list[Any] | dict[Any, Any] | tuple[Any, ...],
+        name: str,
+        root: Callable[[], Any],
+        put: Callable[[Any], None],
+        depth: int,
     ) -> None:
-        """The arrays held directly in a list or dict (``params[0]``, ``weights["w1"]``),
-        read as ``root()[key]`` (a rebound container is seen): one level, the first
-        ``_MAX_ITEMS`` items. A tuple is not searched: its items cannot hold a stand-in."""
+        """The arrays held directly in a list, dict or tuple (``params[0]``,
+        ``weights["w1"]``), read as ``root()[key]`` (a rebound container is seen): one level,
+        the first ``_MAX_ITEMS`` items. A list or dict item holds its stand-in itself; a
+        tuple's is put in a copy of the tuple, which ``put`` stores where the tuple was."""
         if depth > _MAX_DEPTH or id(container) in self._seen:
             return
         self._seen.add(id(container))
@@ -344,7 +350,10 @@ class _Finder:
         for key, value in itertools.islice(keyed, _MAX_ITEMS):
             if isinstance(value, (np.ndarray, Tensor)) or is_generator(value):
                 read = _chained(root, operator.itemgetter(key))
-                write = functools.partial(container.__setitem__, key)
+                if type(container) is tuple:
+                    write: Callable[[Any], None] = functools.partial(_tuple_put, root, put, key)
+                else:
+                    write = functools.partial(container.__setitem__, key)
                 self.add(f"{name}[{key!r}]", value, read, write, (id(container), f"[{key!r}]"))
 
     def function(self, fn: types.FunctionType, depth: int) -> None:
@@ -390,10 +399,18 @@ class _Finder:
                 self.add(f"{name}.{attr}", value, read, write, (id(obj), attr))
             elif _is_object(value):
                 self.object(value, f"{name}.{attr}", depth + 1, root, path)
-            elif type(value) in (list, dict):
-                self.items(value, f"{name}.{attr}", read, depth + 1)
+            elif type(value) in (list, dict, tuple):
+                self.items(value, f"{name}.{attr}", read, write, depth + 1)
             elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
                 self.value(value, f"{name}.{attr}", None, depth)  # (self.fn's closure)
+
+
+def _tuple_put(root: Callable[[], Any], put: Callable[[Any], None], i: int, value: Any) -> None:
+    """Store, where the tuple ``root()`` is, a copy of it with item ``i`` set to ``value``."""
+    held = root()
+    if type(held) is not tuple or i >= len(held):
+        raise TypeError("the tuple was replaced")  # (read as gone: _GONE)
+    put((*held[:i], value, *held[i + 1 :]))
 
 
 def _constant(x: Any) -> Callable[[], Any]:
