@@ -181,3 +181,39 @@ def test_a_box_update_that_broadcasts_is_not_computed_in_place():
     y = np.linspace(0, 3, 5000)
     plan = _plan(fill, y)
     np.testing.assert_array_equal(plan.run_arrays([y])[0], fill(y))
+
+
+def _vandermonde(x):
+    v = np.empty((x.shape[0], 5))
+    v[:, 0] = 1.0
+    for k in range(1, 5):
+        v[:, k] = v[:, k - 1] * x
+    return v
+
+
+@pytest.mark.parametrize(
+    "fn, in_box",
+    [
+        (_vandermonde, 4),  # reads column k - 1 while writing column k: disjoint boxes
+        (lambda x: _column_update(x, lambda d: d[:, 1] * 2.0), 0),  # reads the box it writes
+        # A step after the first reads d: the chain starts there (the Mul keeps its buffer).
+        (lambda x: _column_update(x, lambda d: d[:, 0] * 2.0 + d[:, 2]), 1),
+        (lambda x: _column_update(x, lambda d: d[:, 0] * 2.0 + x), 2),  # only the first reads d
+        # The sum read the box before: the Mul that writes it reads only the sum and x.
+        (lambda x: _column_update(x, lambda d: d[:, 0:2].sum(axis=1) * x), 1),
+    ],
+)
+def test_a_ufunc_reading_its_own_buffer_beside_the_box_computes_in_the_box(fn, in_box):
+    x = np.random.default_rng(3).standard_normal(8_000)
+    plan = CpuPlan(kiln.trace(fn, x).graph)
+    assert len(re.findall(r"out=v\d+\[k\d+\]", plan.source)) == in_box, plan.source
+    for seed in (4, 5):
+        x = np.random.default_rng(seed).standard_normal(8_000)
+        (got,) = plan.run_arrays([x])
+        np.testing.assert_array_equal(got, fn(x))
+
+
+def _column_update(x, value):
+    d = x[:, None] * np.array([1.0, 2.0, 3.0])  # a buffer of the run's own
+    d[:, 1] = value(d)
+    return d

@@ -579,6 +579,7 @@ class _PlanWriter:
         if len(node.outputs) != 1:
             return None
         made = node.outputs[0]
+        computed = made  # the value the chain computes (``made`` may be a reshape of it)
         chain: list[Node] = []  # the steps after this one computing in the box, in order
         while True:
             readers = self.readers.get(id(made), [])
@@ -588,15 +589,18 @@ class _PlanWriter:
             write = self.graph.nodes[at]
             if write.op == "kiln.SliceUpdate":
                 break
+            if write.op in _UNIT_AXES_VIEWS and _unit_axes_only(made, write.outputs[0]):
+                made = write.outputs[0]  # (v.reshape(n, 1) for a box d[:, k:k+1])
+                continue
             # An elementwise ufunc step of the same dtype and shape reading it: computed in
             # the box too (NumPy's ufuncs take an output that is one of their inputs).
-            if len(write.outputs) != 1 or _choose(write).ufunc is None:
+            if made is not computed or len(write.outputs) != 1 or _choose(write).ufunc is None:
                 return None
             nxt = write.outputs[0]
             if nxt.dtype != made.dtype or tuple(nxt.shape) != tuple(made.shape):
                 return None
             chain.append(write)
-            made = nxt
+            made = computed = nxt
         data = write.inputs[0]
         if write.op != "kiln.SliceUpdate" or write.inputs[1] is not made or data is None:
             return None
@@ -613,16 +617,48 @@ class _PlanWriter:
             return None
         if not self._keeps(base, write.outputs[0]):
             return None
-        if any(index <= r != at for r in self._reads(base)[0]):
-            # Read by these steps (NumPy would copy the overlapping operand first: no gain),
-            # between here and the write, or the old contents after it.
+        reads = self._reads(base)[0]
+        if any(index < r != at for r in reads):
+            # Read by a later step of the chain (after the first wrote the box), between here
+            # and the write, or the old contents after it.
+            return None
+        if index in reads and not self._reads_beside(node, base, data, box):
+            # This step reads it where it would write (NumPy would copy the overlapping
+            # operand first: no gain), or somewhere not known at plan time.
             return None
         self.updated[id(write)] = base
         target = f"{self.names[id(data)]}[{self.bind(box, 'k')}]"
+        if tuple(made.shape) != tuple(computed.shape):  # a view: only size-1 axes differ
+            target = f"{target}.reshape({self.bind(tuple(computed.shape), 'k')})"
         for step in chain:
             self.box_chain[id(step)] = target
         self.in_box.add(id(node.outputs[0]))
         return target
+
+    def _reads_beside(self, node: Node, base: Value, data: Value, box: tuple[slice, ...]) -> bool:
+        """Whether every operand of ``node`` in ``base``'s buffer is a box of ``data`` (through
+        views that only add or drop size-1 axes) known at plan time and disjoint from ``box``:
+        ``d[:, k] = d[:, k - 1] * x`` may then compute in ``d[:, k]`` (a ufunc reads its
+        operands as if before it writes; NumPy copies nothing it can tell apart)."""
+        for v in node.inputs:
+            if v is None or self._fresh_base(v) is not base:
+                continue
+            while v is not None and v is not data:
+                maker = self.producer.get(id(v))
+                if maker is None:
+                    return False
+                if maker.op in _UNIT_AXES_VIEWS:
+                    v = maker.inputs[0]
+                    continue
+                if maker.op != "Slice" or maker.inputs[0] is not data:
+                    return False
+                read = known_box(data, maker.inputs[1:])
+                if read is None or not _disjoint(read, box, tuple(data.shape)):
+                    return False
+                break
+            else:
+                return False  # (data itself, read whole)
+        return True
 
     def bind(self, obj: Any, prefix: str) -> str:
         """A new name for ``obj`` in the generated code."""
@@ -643,6 +679,8 @@ class _PlanWriter:
             columns = "".join(f"{self.names[id(v)]}[..., 0], " for v in parts)
             self.names[id(node.outputs[0])] = f"({columns})"
             return
+        if node.op in _UNIT_AXES_VIEWS and node.inputs and id(node.inputs[0]) in self.in_box:
+            self.in_box.add(id(node.outputs[0]))  # (a size-1 reshape of a result in a box)
         base = self.updated.get(id(node))
         if base is not None and id(node.inputs[1]) in self.in_box:
             # Its update was computed in the box already (_update_target).
@@ -1050,6 +1088,29 @@ def count_true(b: np.ndarray, axes: tuple[int, ...], keepdims: bool, dtype: np.d
     """The number of true elements of ``b`` over ``axes``, as ``dtype`` (ReduceSum of the
     booleans cast to ``dtype``, bit for bit)."""
     return np.asarray(np.count_nonzero(b, axis=axes, keepdims=keepdims)).astype(dtype)
+
+
+# Views that only add or drop size-1 axes: of a view of a box, always a view again.
+_UNIT_AXES_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze"})
+
+
+def _disjoint(a: tuple[slice, ...], b: tuple[slice, ...], shape: tuple[int, ...]) -> bool:
+    """Whether the boxes ``a`` and ``b`` of an array of ``shape`` share no element: along
+    some axis, their index ranges do not meet (each taken from its first to its last index)."""
+    for sa, sb, size in zip(a, b, shape):
+        ra, rb = range(*sa.indices(size)), range(*sb.indices(size))
+        if not ra or not rb:
+            return True
+        if max(ra) < min(rb) or max(rb) < min(ra):
+            return True
+    return False
+
+
+def _unit_axes_only(a: Value, b: Value) -> bool:
+    """Whether ``a`` and ``b`` have static shapes that differ only by size-1 axes."""
+    if not (_static(a.shape) and _static(b.shape)) or a.dtype != b.dtype:
+        return False
+    return [d for d in a.shape if d != 1] == [d for d in b.shape if d != 1]
 
 
 def _where_into(cond: np.ndarray, values: np.ndarray, data: np.ndarray) -> np.ndarray:
