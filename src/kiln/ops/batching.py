@@ -173,6 +173,8 @@ def _axes_input_fn(output_rank: bool) -> BatchFn:
                 given: tuple[int, ...] = tuple(i for i, d in enumerate(data.shape[1:]) if d == 1)
             elif attrs.get("noop_with_empty_axes"):
                 return builder.add(op, inputs, attrs)  # no reduction (the operator's own)
+            elif op == "ReduceL2":  # np.linalg.norm(x): a dot product, not a reduction over
+                return None  # axes (kiln.ops.reduce.l2_whole), which rounds otherwise
             else:  # a reduction over every axis
                 given = tuple(range(rank))
         else:
