@@ -62,7 +62,7 @@ REFUSES_SOME: dict[str, set[str]] = {
         # on float64: results differ from NumPy's by ulps (elementwise.FLOAT64_ULPS)
         *("Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cosh", "Elu", "Erf", "Exp"),
         *("Gelu", "HardSigmoid", "Log", "LogSoftmax", "Mish", "Selu", "Sigmoid", "Sinh"),
-        *("Softmax", "Softplus", "Tan", "Tanh"),
+        *("Softmax", "Softplus", "Tan", "Tanh", "kiln.Exp2", "kiln.Log10", "kiln.Log2"),
     },
     "onnxruntime": {
         "ArgMax",  # on floats: onnxruntime skips NaN (as ReduceMax/Min, MaxPool, GlobalMaxPool)
@@ -98,6 +98,7 @@ REFUSES_SOME: dict[str, set[str]] = {
         "Where",
         # on float64: results differ from NumPy's by ulps (elementwise.FLOAT64_ULPS)
         *("Cos", "Exp", "Log", "LogSoftmax", "Shrink", "Sigmoid", "Sin", "Softmax", "Tanh"),
+        *("kiln.Exp2", "kiln.Log10", "kiln.Log2"),
     },
 }
 

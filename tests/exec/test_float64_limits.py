@@ -31,7 +31,8 @@ REFUSED = [  # (function, engine, operator named in the refusal)
     (np.arctanh, "jax", "Atanh"),
     (lambda x: x**x, "jax", "Pow"),
     (lambda x: x**x, "onnxruntime", "Pow"),
-    (np.exp2, "jax", "Pow"),
+    (np.exp2, "jax", "kiln.Exp2"),
+    (np.log2, "jax", "kiln.Log2"),
 ]
 
 

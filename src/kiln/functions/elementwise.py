@@ -605,6 +605,8 @@ def exp2(x: Any) -> Tensor:
     """
     (a,), _ = _resolve(np.exp2, x)
     _real_only("exp2", a)  # NumPy's complex exp2 is exp(x * ln 2), not a power
+    if a.dtype != dtypes.bfloat16:  # NumPy's own loop (a power of 2 rounds otherwise)
+        return call("kiln.Exp2", a)
     return call("Pow", _scalar(2, a), a)
 
 
@@ -641,6 +643,8 @@ def log1p(x: Any) -> Tensor:
 def _log_base(name: str, ufunc: np.ufunc, x: Any, base: float) -> Tensor:
     (a,), _ = _resolve(ufunc, x, name=name)
     _real_only(name, a)  # NumPy scales the parts of a complex log; a division differs
+    if a.dtype != dtypes.bfloat16:  # NumPy's own loop (kiln.Log2, kiln.Log10)
+        return call("kiln.Log2" if base == 2.0 else "kiln.Log10", a)
     (a,), back = _widen(a)
     return cast(call("Div", call("Log", a), _scalar(math.log(base), a)), back)
 

@@ -511,9 +511,12 @@ FLOAT64_ULPS: dict[str, dict[str, int]] = {
     "Elu": {"jax": 3},
     "Erf": {"jax": 15},
     "Exp": {"jax": 2, "onnxruntime": 2},
+    "Exp2": {"jax": 1, "onnxruntime": 1},  # (their expansion, a Pow, as Pow)
     "Gelu": {"jax": 4033},
     "HardSigmoid": {"jax": 65536},
     "Log": {"jax": 1, "onnxruntime": 1},
+    "Log10": {"jax": 1, "onnxruntime": 1},  # (their expansion: a Log and a division)
+    "Log2": {"jax": 1, "onnxruntime": 1},
     "Mish": {"jax": 5},
     "Pow": {"jax": 1, "onnxruntime": 1},
     "Selu": {"jax": 256},
@@ -886,6 +889,72 @@ def _expm1_expand(
     _narrowed(builder, result, dtype, outputs[0])
 
 
+def _log_base_expand(
+    base: float,
+) -> Callable[[NodeBuilder, Sequence[Any], Mapping[str, Any], Sequence[Any]], None]:
+    """The ONNX form of a base-``base`` logarithm: ``log(x) / log(base)`` (half precision
+    computed in float32 and rounded once, as NumPy's loops do)."""
+
+    def expand(
+        builder: NodeBuilder,
+        inputs: Sequence[Any],
+        attrs: Mapping[str, Any],
+        outputs: Sequence[Any],
+    ) -> None:
+        x, dtype = _widened(builder, inputs[0])
+        (log,) = builder.add("Log", [x])
+        (result,) = builder.add("Div", [log, _constant(builder, math.log(base), x)])
+        _narrowed(builder, result, dtype, outputs[0])
+
+    return expand
+
+
+def _exp2_expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    """The ONNX form of ``2 ** x``: a ``Pow`` of a constant 2."""
+    x, dtype = _widened(builder, inputs[0])
+    (result,) = builder.add("Pow", [_constant(builder, 2.0, x), x])
+    _narrowed(builder, result, dtype, outputs[0])
+
+
+# NumPy's own log2, log10 and exp2 loops: ONNX has no such operator, and log(x) / log(2) or a
+# power of 2 round otherwise (an ulp, in about one float32 value in ten).
+unary(
+    "Log2",
+    "The base-2 logarithm (NumPy's log2; ONNX form: log(x) / log(2)).",
+    np.log2,
+    FLOATS - {dtypes.bfloat16},
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    sample_range=(0.1, 8.0),
+    reference=_pointwise(math.log2),
+    cost=2,
+    domain="kiln",
+    expand=_log_base_expand(2.0),
+)
+unary(
+    "Log10",
+    "The base-10 logarithm (NumPy's log10; ONNX form: log(x) / log(10)).",
+    np.log10,
+    FLOATS - {dtypes.bfloat16},
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    sample_range=(0.1, 8.0),
+    reference=_pointwise(math.log10),
+    cost=2,
+    domain="kiln",
+    expand=_log_base_expand(10.0),
+)
+unary(
+    "Exp2",
+    "2 ** x (NumPy's exp2; ONNX form: Pow(2, x)).",
+    np.exp2,
+    FLOATS - {dtypes.bfloat16},
+    sample_dtypes=(*_F32_F64, dtypes.float16),
+    reference=_pointwise(lambda v: 2.0**v),
+    cost=2,
+    domain="kiln",
+    expand=_exp2_expand,
+)
 unary(
     "Log1p",
     "log(1 + x), accurate near 0 (NumPy's log1p; ONNX form: Goldberg's correction).",
