@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kiln.optim import eliminate_common_subexpressions, fuse_layer_norm
+from kiln.optim.transform import DefaultsOptions
 
 from ..numerics import assert_close
 from .graphs import ops, run, traced
@@ -17,14 +18,33 @@ W = RNG.uniform(0.5, 2, 16).astype(f32)
 B = RNG.standard_normal(16).astype(f32)
 
 
-def fused(fn, *inputs, **trace_kwargs):
+# A division by the standard deviation (what people write) rounds unlike the kernel's
+# product with its reciprocal: fused only where reassociation is allowed.
+RELAXED = DefaultsOptions(allow_reassociation=True)
+
+
+def fused(fn, *inputs, options=RELAXED, **trace_kwargs):
     g = traced(fn, *inputs, **trace_kwargs)
-    out, n = fuse_layer_norm(g)
+    out, n = fuse_layer_norm(g, options)
     out.verify()
     for got, want in zip(run(out, *inputs), run(g, *inputs)):
         assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert fuse_layer_norm(out)[1] == 0
+    assert fuse_layer_norm(out, options)[1] == 0
     return out, n
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_by_default_only_the_product_with_the_reciprocal_fuses_and_rounds_as_written(dtype):
+    x, w, b = (a.astype(dtype) for a in (X, W, B))
+    for fn in (ln_pow, ln_var, ln_plain):  # divisions: left as written
+        assert fuse_layer_norm(traced(fn, x, w, b))[1] == 0
+    assert fuse_layer_norm(traced(ln_pow, X.astype(np.float16), W, B))[1] == 0  # half: too
+    g = traced(ln_rsqrt, x, w, b)
+    out, n = fuse_layer_norm(g)
+    assert n and "LayerNormalization" in ops(out)
+    for seed in range(3):
+        inputs = [np.random.default_rng(seed).standard_normal(x.shape).astype(dtype), w, b]
+        np.testing.assert_array_equal(run(out, *inputs)[0], run(g, *inputs)[0])
 
 
 def ln_pow(x, w, b):
@@ -89,7 +109,7 @@ def test_several_trailing_axes_float64_and_a_dynamic_batch():
 
 def test_common_subexpressions_merged_first_still_match():
     g, _ = eliminate_common_subexpressions(traced(ln_pow, X, W, B))
-    out, _ = fuse_layer_norm(g)
+    out, _ = fuse_layer_norm(g, RELAXED)
     assert ops(out) == ["LayerNormalization"]
 
 
@@ -137,7 +157,7 @@ def near_misses():
 
 @pytest.mark.parametrize("fn", near_misses())
 def test_near_misses_are_left_alone(fn):
-    out, n = fuse_layer_norm(traced(fn, X, W, B))
+    out, n = fuse_layer_norm(traced(fn, X, W, B), RELAXED)
     assert n == 0 and "LayerNormalization" not in ops(out)
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kiln.optim import default_pipeline, transform
 from kiln.optim.fuse_elementwise import fuse_elementwise_regions
+from kiln.optim.transform import DefaultsOptions
 
 from ..numerics import assert_close
 from .graphs import ops, run, traced
@@ -69,23 +70,29 @@ def mlp(x):
     return gelu(x @ p["w1"].T + p["b1"]) @ p["w2"].T + p["b2"]
 
 
-def check_model(fn, x, expected_ops, **trace_kwargs):
+# The block's layer norms divide by the standard deviation, which LayerNormalization's product
+# with the reciprocal rounds otherwise, and GELU's formula is written in another order than the
+# Gelu kernel computes: they fuse where reassociation is allowed.
+RELAXED = DefaultsOptions(allow_reassociation=True)
+
+
+def check_model(fn, x, expected_ops, defaults=None, **trace_kwargs):
     g = traced(fn, x, **trace_kwargs)
     before = run(g, x)[0]
-    report = g.optimize()
+    report = g.optimize(defaults=defaults)
     g.verify()
     assert report.fixed_point, str(report)
     assert expected_ops <= set(ops(g)), f"{ops(g)}\n{report}"
     assert_close(run(g, x)[0], before, rtol=1e-4, atol=1e-4)
     assert_close(before, fn(x), rtol=1e-4, atol=1e-4)
-    again = g.optimize()
+    again = g.optimize(defaults=defaults)
     assert again.total_rewrites == 0 and again.iterations == 1
     return g
 
 
 def test_transformer_block():
     x = rand(6, D)
-    g = check_model(block, x, {"LayerNormalization", "Attention", "Gemm", "Gelu"})
+    g = check_model(block, x, {"LayerNormalization", "Attention", "Gemm", "Gelu"}, RELAXED)
     # q, k, v, the output projection (taking the residual as C) and the two MLP layers:
     # k and v have no bias, so they stay MatMul.
     assert ops(g).count("LayerNormalization") == 2 and ops(g).count("Gemm") == 4
@@ -94,14 +101,14 @@ def test_transformer_block():
 
 def test_transformer_block_with_a_dynamic_sequence():
     x = rand(6, D)
-    g = check_model(block, x, {"LayerNormalization", "Attention", "Gemm", "Gelu"},
+    g = check_model(block, x, {"LayerNormalization", "Attention", "Gemm", "Gelu"}, RELAXED,
                     dynamic_axes={"x": [0]})  # fmt: skip
     longer = rand(9, D)
     assert_close(run(g, longer)[0], block(longer), rtol=1e-4, atol=1e-4)
 
 
 def test_mlp():
-    g = check_model(mlp, rand(5, D), {"Gemm", "Gelu"})
+    g = check_model(mlp, rand(5, D), {"Gemm", "Gelu"}, RELAXED)
     assert ops(g) == ["Gemm", "Gelu", "Gemm"]
 
 

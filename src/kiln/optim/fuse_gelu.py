@@ -8,7 +8,9 @@ Recognised, with the factors in any order NumPy code writes them (``0.5 * x * f`
     f = 1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))       -> Gelu(x, approximate="tanh")
 
 ``x ** 3`` may already be ``x * x * x`` (after :mod:`simplify_algebra`). Each constant must
-equal its exact value up to the rounding of its dtype; anything else is left alone.
+equal its exact value up to the rounding of its dtype; anything else is left alone. The
+``Gelu`` kernel computes one order of these operations, which rounds unlike the others: the
+rewrite runs only with ``DefaultsOptions(allow_reassociation=True)``.
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ def _half_x_times(factor: Pattern) -> Pattern:
 
 def _gelu(approximate: str):  # type: ignore[no-untyped-def]
     def build(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
-        if not dtypes.is_floating(m["x"].dtype):
+        # The kernel's order of operations (x*x*x, then * 0.044715; ((1 + t) * x) * 0.5) is
+        # one of the many the formula is written in: the others round otherwise (an ulp here
+        # and there, more near subnormals), so only reassociation allows the rewrite.
+        if not options.allow_reassociation or not dtypes.is_floating(m["x"].dtype):
             return None
         return b.op("Gelu", m["x"], approximate=approximate)
 

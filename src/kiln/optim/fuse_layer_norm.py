@@ -17,7 +17,14 @@ import numpy as np
 from .. import dtypes
 from ..ir.graph import ModelGraph
 from ..symbolic import prod
-from .norm_patterns import normalize, normalized_axis, rsqrt_of, square, stash_type
+from .norm_patterns import (
+    normalize,
+    normalized_axis,
+    rounds_as_written,
+    rsqrt_of,
+    square,
+    stash_type,
+)
 from .pattern import (
     Builder,
     Match,
@@ -57,7 +64,7 @@ def _epsilon(m: Match) -> float | None:
 
 def _layer_norm(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
     x = m["x"]
-    if not dtypes.is_floating(x.dtype):
+    if not dtypes.is_floating(x.dtype) or not rounds_as_written(m, x, options):
         return None
     axis = normalized_axis(m, ["mean_x", "mean_a", "mean_b", "var"], x)
     eps = _epsilon(m)

@@ -11,7 +11,14 @@ import numpy as np
 
 from .. import dtypes
 from ..ir.graph import ModelGraph
-from .norm_patterns import normalize, normalized_axis, rsqrt_of, square, stash_type
+from .norm_patterns import (
+    normalize,
+    normalized_axis,
+    rounds_as_written,
+    rsqrt_of,
+    square,
+    stash_type,
+)
 from .pattern import Builder, Match, Replacement, Rule, const, op, rewrite_with_rules, var
 from .transform import DefaultsOptions, transform
 
@@ -27,6 +34,8 @@ def _rms_norm(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
     eps = m.scalar("eps")
     axis = normalized_axis(m, ["ms"], x)
     if not dtypes.is_floating(x.dtype) or axis is None or eps is None or eps < 0:
+        return None
+    if not rounds_as_written(m, x, options):
         return None
     scale = b.const(np.ones((1,), x.dtype), "scale")
     return b.op(

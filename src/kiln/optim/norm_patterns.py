@@ -12,8 +12,16 @@ from .. import dtypes
 from ..dtypes import onnx_dtype_code
 from ..ir.graph import Value
 from .pattern import Match, Pattern, const, either, op
+from .transform import DefaultsOptions
 
-__all__ = ["square", "rsqrt_of", "normalize", "normalized_axis", "stash_type"]
+__all__ = [
+    "square",
+    "rsqrt_of",
+    "normalize",
+    "normalized_axis",
+    "rounds_as_written",
+    "stash_type",
+]
 
 
 def square(p: Pattern, q: Pattern) -> Pattern:
@@ -34,9 +42,10 @@ def rsqrt_of(p: Pattern, eps: str = "eps") -> tuple[Pattern, Pattern]:
 
 
 def normalize(numerator: Pattern, denominator: Pattern) -> Pattern:
-    """``numerator / denominator`` written as a division or a product with the reciprocal."""
+    """``numerator / denominator`` written as a division (its node named ``divide``) or a
+    product with the reciprocal."""
     return either(
-        op("Div", numerator, denominator),
+        op("Div", numerator, denominator, name="divide"),
         op("Mul", numerator, op("Div", const(1), denominator)),
         op("Mul", numerator, op("Reciprocal", denominator)),
     )
@@ -62,6 +71,17 @@ def normalized_axis(m: Match, reductions: list[str], x: Value) -> int | None:
     if not axes or axes != tuple(range(axes[0], rank)):
         return None
     return axes[0]
+
+
+def rounds_as_written(m: Match, x: Value, options: DefaultsOptions) -> bool:
+    """Whether the fused kernel (statistics in ``x``'s float32 or float64, then ``x`` times
+    ``1 / sqrt(...)``) rounds as the matched operations do: only for a product with the
+    reciprocal of a float32 or float64 ``x``. A division (``(x - mu) / sqrt(var + eps)``) or
+    half precision (computed in float32 by the kernel) round otherwise, so they fuse only
+    where ``options`` allow reassociation."""
+    if options.allow_reassociation:
+        return True
+    return "divide" not in m.nodes and x.dtype in (dtypes.float32, dtypes.float64)
 
 
 def stash_type(dtype: np.dtype) -> int:
