@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kiln.optim import fuse_attention, fuse_softmax
+from kiln.optim import DefaultsOptions, fuse_attention, fuse_softmax
 
 from ..numerics import assert_close
 from .graphs import ops, run, traced
@@ -33,12 +33,18 @@ def _reference(q, k, v, scale, mask=None):
     return (s / s.sum(axis=-1, keepdims=True) @ v.astype(np.float64)).astype(q.dtype)
 
 
+# The Attention kernel multiplies and scales in its own order, which rounds unlike the
+# operations as written: the rewrite runs only where reassociation is allowed.
+RELAXED = DefaultsOptions(allow_reassociation=True)
+
+
 def fused(fn, *inputs, **trace_kwargs):
     g = traced(fn, *inputs, **trace_kwargs)
     out, _ = fuse_softmax(g)
-    out, n = fuse_attention(out)
+    assert fuse_attention(out)[1] == 0  # not by default
+    out, n = fuse_attention(out, RELAXED)
     out.verify()
-    assert fuse_attention(out)[1] == 0
+    assert fuse_attention(out, RELAXED)[1] == 0
     assert_close(run(out, *inputs)[0], run(g, *inputs)[0], rtol=1e-5, atol=1e-5)
     return out, n
 
@@ -126,5 +132,5 @@ def test_the_3d_form_and_a_dynamic_sequence():
 )
 def test_near_misses_are_left_alone(fn, args):
     g, _ = fuse_softmax(traced(fn, *args))
-    out, n = fuse_attention(g)
+    out, n = fuse_attention(g, RELAXED)
     assert n == 0 and "Attention" not in ops(out)
