@@ -224,3 +224,23 @@ def test_compiled_norm_is_numpys_bit_for_bit(dtype, shape, keepdims):
             got, want = f(arg), np.linalg.norm(arg, keepdims=keepdims)
             assert got.dtype == want.dtype and got.shape == np.shape(want)
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "shapes", [((9,), (9,)), ((4, 9), (9,)), ((9,), (5, 9)), ((4, 9), (5, 9)), ((0, 3), (2, 3))]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64])
+def test_compiled_inner_and_outer_are_numpys_bit_for_bit(shapes, dtype):
+    # inner of vectors and matrices: NumPy's BLAS products (an einsum sums in another order);
+    # outer: a product per element, so -0.0 stays -0.0 (an einsum added it to +0.0).
+    rng = np.random.default_rng(3)
+    for fn in (np.inner, np.outer):
+        f = kiln.compile(lambda a, b, fn=fn: fn(a, b))
+        for _ in range(4):
+            a, b = ((rng.standard_normal(s) * 10).astype(dtype) for s in shapes)
+            if a.size:
+                a.flat[0] = -0.0
+            got, want = f(a, b), fn(a, b)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

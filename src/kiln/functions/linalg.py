@@ -191,6 +191,10 @@ def inner(a: Any, b: Any, /) -> Tensor:
     x, y = _promote("inner", a, b)
     if x.ndim == 0 or y.ndim == 0:
         return _multiply(x, y)
+    if x.ndim <= 2 and y.ndim <= 2 and x.dtype in MATMUL_DTYPES:
+        # NumPy's own products (BLAS's dot, gemv, gemm: an einsum sums in another order).
+        _check_contraction("inner", x, y, [(x.ndim - 1, y.ndim - 1)])
+        return _matmul(x, y if y.ndim == 1 else call("Transpose", y, perm=[1, 0]))
     return _contract("inner", x, y, [x.ndim - 1], [y.ndim - 1])
 
 
@@ -207,7 +211,11 @@ def outer(a: Any, b: Any, out: Any = None) -> Tensor:
     if out is not None:
         raise TypeError("outer(..., out=...): recorded on ufuncs only")
     x, y = _promote("outer", a, b)
-    return _einsum("i,j->ij", [_flatten(x), _flatten(y)])
+    # NumPy's definition: multiply(a.ravel()[:, None], b.ravel()[None, :]) (an einsum adds
+    # each product to a zero: -0.0 became +0.0).
+    column = call("Reshape", _flatten(x), shape_tensor([-1, 1]))
+    row = call("Reshape", _flatten(y), shape_tensor([1, -1]))
+    return _multiply(column, row)
 
 
 def _axis_list(name: str, axes: Any, ndim: int) -> list[int]:
