@@ -154,11 +154,11 @@ def dot(a: Any, b: Any, out: Any = None) -> Tensor:
     x, y = _promote("dot", a, b)
     if x.ndim == 0 or y.ndim == 0:
         return _multiply(x, y)
-    if y.ndim <= 2 or x.ndim == 1:
-        # Here np.dot and np.matmul agree (a 2-D b, a 1-D operand).
-        _check_contraction("dot", x, y, [(-1, -2 if y.ndim >= 2 else 0)])
-        return _matmul(x, y)
-    return _contract("dot", x, y, [x.ndim - 1], [y.ndim - 2])
+    _check_contraction("dot", x, y, [(-1, -2 if y.ndim >= 2 else 0)])
+    if x.ndim <= 2 and y.ndim <= 2:
+        return _matmul(x, y)  # here np.dot is np.matmul: BLAS's products
+    # More axes: NumPy computes each element as a dot product (kiln.Dot calls np.dot).
+    return call("kiln.Dot", x, y)
 
 
 @implements(np.vdot)
@@ -191,11 +191,13 @@ def inner(a: Any, b: Any, /) -> Tensor:
     x, y = _promote("inner", a, b)
     if x.ndim == 0 or y.ndim == 0:
         return _multiply(x, y)
+    _check_contraction("inner", x, y, [(x.ndim - 1, y.ndim - 1)])
+    if y.ndim >= 2:  # np.inner(a, b) is np.dot(a, swapaxes(b, -1, -2))
+        perm = [*range(y.ndim - 2), y.ndim - 1, y.ndim - 2]
+        y = call("Transpose", y, perm=perm)
     if x.ndim <= 2 and y.ndim <= 2 and x.dtype in MATMUL_DTYPES:
-        # NumPy's own products (BLAS's dot, gemv, gemm: an einsum sums in another order).
-        _check_contraction("inner", x, y, [(x.ndim - 1, y.ndim - 1)])
-        return _matmul(x, y if y.ndim == 1 else call("Transpose", y, perm=[1, 0]))
-    return _contract("inner", x, y, [x.ndim - 1], [y.ndim - 1])
+        return _matmul(x, y)  # NumPy's own products (BLAS's dot, gemv, gemm)
+    return call("kiln.Dot", x, y)
 
 
 @implements(np.outer)

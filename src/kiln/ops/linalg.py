@@ -251,6 +251,98 @@ register(
 )
 
 
+# -- kiln.Dot: np.dot of N-D operands -------------------------------------------------------
+# np.dot of an operand with more than two axes sums over the last axis of A and the second to
+# last of B, one BLAS dot product per output element: MatMul (batched gemm) and Einsum add in
+# other orders (up to 256 ulp in float32), so the NumPy plan calls np.dot itself.
+
+
+def _dot_equation(ra: int, rb: int) -> str:
+    """The einsum equation of ``np.dot`` for operands of ranks ``ra`` and ``rb`` (>= 1)."""
+    letters = iter(string.ascii_letters)
+    la = [next(letters) for _ in range(ra)]
+    lb = [next(letters) for _ in range(rb)]
+    lb[max(rb - 2, 0)] = la[-1]
+    out = la[:-1] + [c for i, c in enumerate(lb) if i != max(rb - 2, 0)]
+    return f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
+
+
+def _dot_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    a = require("kiln.Dot", "A", inputs[0])
+    b = require("kiln.Dot", "B", inputs[1])
+    require_dtype("kiln.Dot", "A", a, NUMERIC | {dtypes.bool_})
+    require_same_dtype("kiln.Dot", (a, b), ("A", "B"))
+    if not a.shape or not b.shape:
+        raise OpArgumentError("kiln.Dot: both operands need an axis (a scalar multiplies)")
+    k = b.shape[-2] if len(b.shape) >= 2 else b.shape[0]
+    if _static_mismatch(a.shape[-1], k):
+        raise OpArgumentError(
+            f"kiln.Dot: shapes {format_shape(a.shape)} and {format_shape(b.shape)} are not "
+            f"aligned: the last axis of A has size {a.shape[-1]} but B's has {k}"
+        )
+    b_free = (*b.shape[:-2], b.shape[-1]) if len(b.shape) >= 2 else ()
+    return [TensorType(a.dtype, (*a.shape[:-1], *b_free))]
+
+
+def _dot_kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype == dtypes.bfloat16:
+        return np.asarray(np.dot(_compute(a), _compute(b))).astype(a.dtype)
+    return np.asarray(np.dot(a, b))
+
+
+def _dot_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The einsum of np.dot's definition, summed in float64 (integers: in int64)."""
+    wide = np.float64 if a.dtype.kind in "fc" or a.dtype == dtypes.bfloat16 else np.int64
+    y = np.einsum(_dot_equation(a.ndim, b.ndim), a.astype(wide), b.astype(wide))
+    return np.asarray(y).astype(a.dtype)
+
+
+def _dot_samples() -> list[Sample]:
+    cases = (
+        ((2, 3, 4), (4, 5), dtypes.float32),
+        ((3, 4), (2, 4, 5), dtypes.float64),
+        ((2, 3, 4), (3, 4, 2), dtypes.float32),
+        ((2, 3, 4), (4,), dtypes.int64),
+        ((4,), (2, 4, 3), dtypes.int32),
+        ((2, 0, 3), (3, 2), dtypes.float64),
+        ((2, 3, 0), (0, 2), dtypes.float32),
+        ((2, 2, 3), (3, 2), dtypes.float16),
+    )
+    out = []
+    for sa, sb, dt in cases:
+        a = sample_array(sa, dt, -3, 3)
+        b = sample_array(sb, dt, -3, 3)
+        out.append(Sample((a, b), {}, _dot_reference, name=f"{dt.name}{sa}.{sb}", rtol=1e-3))
+    return out
+
+
+def _dot_expand(
+    builder: Any, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    """The ONNX form: an Einsum of np.dot's definition."""
+    a, b = inputs
+    equation = _dot_equation(len(a.shape), len(b.shape))
+    builder.add("Einsum", [a, b], {"equation": equation}, outputs=[outputs[0]])
+
+
+register(
+    OpDef(
+        name="Dot",
+        doc="numpy.dot of operands with more than two axes: the sum over the last axis of A "
+        "and the second to last of B, computed as NumPy does (a dot product per element).",
+        inputs=(Input("A"), Input("B")),
+        outputs=("Y",),
+        infer=_dot_infer,
+        kernel=_dot_kernel,
+        samples=_dot_samples,
+        cost=_product_cost,
+        raises_on_values=_matmul_may_raise,
+        domain="kiln",
+        expand=_dot_expand,
+    )
+)
+
+
 # -- Gemm ----------------------------------------------------------------------------------
 
 
