@@ -326,17 +326,22 @@ def values(spec: Arg, dtype: str, shape: tuple[int, ...], rng: np.random.Generat
     return x.astype(dtype)
 
 
+def variant_shape(shape: tuple[int, ...], variant: str) -> tuple[int, ...]:
+    """``shape`` as the variant takes it: every size 1 (``size1``) or 0 (``empty``)."""
+    if variant == "size1":
+        return tuple(1 for _ in shape)
+    if variant == "empty":
+        return tuple(0 for _ in shape)
+    return shape
+
+
 def make_inputs(
     e: Entry, dtype: str, variant: str, special: bool, rng: np.random.Generator
 ) -> list[np.ndarray]:
     out = []
     for spec in e.args:
         dt = spec.dtype or dtype
-        shape = spec.shape
-        if variant == "size1":
-            shape = tuple(1 for _ in shape)
-        elif variant == "empty":
-            shape = tuple(0 for _ in shape)
+        shape = variant_shape(spec.shape, variant)
         if variant == "noncontig" and len(shape) >= 2:
             x = values(spec, dt, shape[::-1], rng).T  # a transposed (F-ordered) view
         elif variant == "noncontig" and len(shape) == 1:
@@ -530,11 +535,7 @@ def run_select(dtypes: Sequence[str], seed: int) -> list[Outcome]:
 def construct(spec: Arg, dtype: str, variant: str) -> str:
     """Python text making one input like the audit's (R = random normal in a dtype)."""
     dt = spec.dtype or dtype
-    shape = spec.shape
-    if variant == "size1":
-        shape = tuple(1 for _ in shape)
-    elif variant == "empty":
-        shape = tuple(0 for _ in shape)
+    shape = variant_shape(spec.shape, variant)
     if variant == "noncontig" and len(shape) >= 2:
         return f"R({shape[::-1]}, '{dt}').T"
     if variant == "noncontig" and len(shape) == 1:

@@ -920,30 +920,23 @@ def _exp2_expand(
 
 # NumPy's own log2, log10 and exp2 loops: ONNX has no such operator, and log(x) / log(2) or a
 # power of 2 round otherwise (an ulp, in about one float32 value in ten).
-unary(
-    "Log2",
-    "The base-2 logarithm (NumPy's log2; ONNX form: log(x) / log(2)).",
-    np.log2,
-    FLOATS - {dtypes.bfloat16},
-    sample_dtypes=(*_F32_F64, dtypes.float16),
-    sample_range=(0.1, 8.0),
-    reference=_pointwise(math.log2),
-    cost=2,
-    domain="kiln",
-    expand=_log_base_expand(2.0),
-)
-unary(
-    "Log10",
-    "The base-10 logarithm (NumPy's log10; ONNX form: log(x) / log(10)).",
-    np.log10,
-    FLOATS - {dtypes.bfloat16},
-    sample_dtypes=(*_F32_F64, dtypes.float16),
-    sample_range=(0.1, 8.0),
-    reference=_pointwise(math.log10),
-    cost=2,
-    domain="kiln",
-    expand=_log_base_expand(10.0),
-)
+for _name, _base, _ufunc, _exact in (
+    ("Log2", 2.0, np.log2, math.log2),
+    ("Log10", 10.0, np.log10, math.log10),
+):
+    unary(
+        _name,
+        f"The base-{_base:g} logarithm (NumPy's {_ufunc.__name__}; ONNX form: log(x) / "
+        f"log({_base:g})).",
+        _ufunc,
+        FLOATS - {dtypes.bfloat16},
+        sample_dtypes=(*_F32_F64, dtypes.float16),
+        sample_range=(0.1, 8.0),
+        reference=_pointwise(_exact),
+        cost=2,
+        domain="kiln",
+        expand=_log_base_expand(_base),
+    )
 unary(
     "Exp2",
     "2 ** x (NumPy's exp2; ONNX form: Pow(2, x)).",

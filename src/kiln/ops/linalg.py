@@ -223,12 +223,22 @@ def _matmul_samples() -> list[Sample]:
         ((3, 4), (4, 2), dtypes.float16),
         ((2, 3), (3, 2), dtypes.bfloat16),
     )
+    return _product_samples(cases, _matmul_reference, "@")
+
+
+def _product_samples(
+    cases: Sequence[tuple[tuple[int, ...], tuple[int, ...], np.dtype]],
+    reference: Any,
+    sign: str,
+    rtol: float | None = None,
+) -> list[Sample]:
+    """A sample of two operands per ``(shape_a, shape_b, dtype)`` case (uint32: from 0)."""
     out = []
     for sa, sb, dt in cases:
         low = 0 if dt == dtypes.uint32 else -3
         a = sample_array(sa, dt, low, 3)
         b = sample_array(sb, dt, low, 3)
-        out.append(Sample((a, b), {}, _matmul_reference, name=f"{dt.name}{sa}@{sb}"))
+        out.append(Sample((a, b), {}, reference, name=f"{dt.name}{sa}{sign}{sb}", rtol=rtol))
     return out
 
 
@@ -308,12 +318,7 @@ def _dot_samples() -> list[Sample]:
         ((2, 3, 0), (0, 2), dtypes.float32),
         ((2, 2, 3), (3, 2), dtypes.float16),
     )
-    out = []
-    for sa, sb, dt in cases:
-        a = sample_array(sa, dt, -3, 3)
-        b = sample_array(sb, dt, -3, 3)
-        out.append(Sample((a, b), {}, _dot_reference, name=f"{dt.name}{sa}.{sb}", rtol=1e-3))
-    return out
+    return _product_samples(cases, _dot_reference, ".", rtol=1e-3)
 
 
 def _dot_expand(
