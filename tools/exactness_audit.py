@@ -291,6 +291,16 @@ entry("pairwise", "lambda a, b: np.sqrt(((a[:, None, :] - b[None]) ** 2).sum(-1)
 entry("gemm+bias", "lambda a, b, c: a @ b + c", (4, 6), (6, 3), (3,))
 entry("logsumexp", "lambda a: np.log(np.sum(np.exp(a), axis=0))", M)
 entry("zscore", "lambda a: (a - a.mean(0)) / a.std(0)", M)
+entry("gelu tanh x*x*x", "lambda a: 0.5 * a * (1.0 + np.tanh(0.7978845608028654 * "
+      "(a + 0.044715 * a * a * a)))", M)  # fmt: skip
+entry("gelu tanh a**3", "lambda a: a * (1 + np.tanh(0.7978845608028654 * "
+      "(a + 0.044715 * a**3))) / 2", M)  # fmt: skip
+entry("layernorm rsqrt", "lambda a: (a - a.mean(-1, keepdims=True)) * (1.0 / "
+      "np.sqrt(((a - a.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True) + 1e-5))", M)
+entry("rmsnorm", "lambda a: a / np.sqrt(np.mean(a * a, axis=-1, keepdims=True) + 1e-6)", M)
+entry("attention", "lambda a, b, c: (lambda s: np.exp(s - s.max(-1, keepdims=True)) / "
+      "np.exp(s - s.max(-1, keepdims=True)).sum(-1, keepdims=True))(a @ b.transpose(0, 2, 1) "
+      "/ 2.0) @ c", (2, 4, 4), (2, 5, 4), (2, 5, 3))  # fmt: skip
 
 # -- inputs -----------------------------------------------------------------------------------
 
