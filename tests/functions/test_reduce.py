@@ -272,3 +272,23 @@ def test_property_sum_mean_max(shape, data, keepdims, dtype) -> None:
             kiln.max(kiln.asarray(x), axis=axis, keepdims=keepdims)
     else:
         assert_close(kiln.max(kiln.asarray(x), axis=axis, keepdims=keepdims), expected)
+
+
+@pytest.mark.parametrize(
+    "fn, x",
+    [
+        (lambda a: np.max(a, axis=0, initial=-1.0), np.zeros((0, 3))),
+        (lambda a: np.max(a, axis=1, keepdims=True, initial=5), np.zeros((4, 0), np.int32)),
+        (lambda a: np.min(a, initial=2.0), np.zeros((0, 3), np.float32)),
+        (lambda a: np.linalg.norm(a, np.inf), np.zeros(0)),  # NumPy: max(..., initial=0)
+        (lambda a: np.linalg.norm(a, np.inf), np.zeros((5, 0))),
+        (lambda a: np.linalg.norm(a, 1), np.zeros((5, 0))),
+        (lambda a: np.diag(a), np.zeros(0)),  # a 0 x 0 result
+    ],
+)
+def test_empty_reductions_with_initial_are_captured_as_numpy(fn, x):
+    f = kiln.compile(fn, fullgraph=True)
+    for _ in range(2):
+        got, want = f(x), fn(x)
+        assert got.dtype == np.asarray(want).dtype and got.shape == np.shape(want)
+        np.testing.assert_array_equal(got, want)

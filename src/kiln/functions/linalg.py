@@ -368,8 +368,8 @@ def _vector_norm(t: Tensor, ord: float, axes: tuple[int, ...] | None, keepdims: 
     """NumPy's vector norms other than 2: max/min of ``abs``, the count of nonzeros, and
     ``sum(abs(x)**ord)**(1/ord)`` (computed as NumPy does, in the input's float dtype)."""
     magnitude = call("Abs", t)
-    if ord == np.inf:
-        return reduce.max(magnitude, axis=axes, keepdims=keepdims)
+    if ord == np.inf:  # (initial=0, as NumPy: the norm of nothing is 0)
+        return reduce.max(magnitude, axis=axes, keepdims=keepdims, initial=0)
     if ord == -np.inf:
         return reduce.min(magnitude, axis=axes, keepdims=keepdims)
     if ord == 0:
@@ -392,8 +392,10 @@ def _matrix_norm(t: Tensor, ord: float, axes: tuple[int, ...], keepdims: bool) -
     if abs(ord) == np.inf:
         row_axis, col_axis = col_axis, row_axis
     sums = reduce.sum(call("Abs", t), axis=row_axis, keepdims=True)
-    extreme = reduce.max if ord > 0 else reduce.min
-    result = extreme(sums, axis=col_axis, keepdims=True)
+    if ord > 0:  # (initial=0, as NumPy: the norm of nothing is 0)
+        result = reduce.max(sums, axis=col_axis, keepdims=True, initial=0)
+    else:
+        result = reduce.min(sums, axis=col_axis, keepdims=True)
     if keepdims:
         return result
     return call("Squeeze", result, int_vector(tuple(sorted(int(a) for a in axes))))

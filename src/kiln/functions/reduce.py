@@ -419,7 +419,15 @@ def _extreme(
     if axes != () and decide(
         _count(x, axes), "==", 0, assume=False, what=f"{name}: the size of the reduced axes"
     ):
-        raise UnsupportedOperationError(f"{name}(..., initial=...) over an empty axis")
+        # Nothing to reduce: every result is ``initial`` (np.max(empty, initial=0) is 0).
+        reduced = set(range(x.ndim)) if axes is None else set(axes)
+        kept = (
+            [1 if i in reduced else d for i, d in enumerate(x.shape)]
+            if keepdims
+            else [d for i, d in enumerate(x.shape) if i not in reduced]
+        )
+        value = constant(np.asarray(initial).astype(x.dtype))
+        return call("Expand", value, shape_tensor(kept)) if kept else value
     x = _masked(name, x, where, initial)
     extreme = _in_supported(x, ORDERED_DTYPES, lambda t: _reduce(op, t, axes, keepdims))
     return _with_initial(op.removeprefix("Reduce"), extreme, initial, _ELEMENTWISE_ORDERED)

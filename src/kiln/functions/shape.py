@@ -894,7 +894,7 @@ def diag(v: Any, k: int = 0) -> Tensor:
     flat = call("Pad", flat, _i64([start, max(end, 0)]))
     if end < 0:
         flat = _slice_axis(flat, 0, 0, m * m)
-    return call("Reshape", flat, _i64([m, m]))
+    return call("Reshape", flat, _i64([m, m]), allowzero=1)  # (m = 0: a 0 x 0 result)
 
 
 # -- gathering -----------------------------------------------------------------------------
