@@ -295,8 +295,8 @@ entry("gelu tanh x*x*x", "lambda a: 0.5 * a * (1.0 + np.tanh(0.7978845608028654 
       "(a + 0.044715 * a * a * a)))", M)  # fmt: skip
 entry("gelu tanh a**3", "lambda a: a * (1 + np.tanh(0.7978845608028654 * "
       "(a + 0.044715 * a**3))) / 2", M)  # fmt: skip
-entry("layernorm rsqrt", "lambda a: (a - a.mean(-1, keepdims=True)) * (1.0 / "
-      "np.sqrt(((a - a.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True) + 1e-5))", M)
+entry("layernorm rsqrt", "lambda a: (a - a.mean(-1, keepdims=True)) * (1.0 / np.sqrt("
+      "((a - a.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True) + 1e-5))", M)  # fmt: skip
 entry("rmsnorm", "lambda a: a / np.sqrt(np.mean(a * a, axis=-1, keepdims=True) + 1e-6)", M)
 entry("attention", "lambda a, b, c: (lambda s: np.exp(s - s.max(-1, keepdims=True)) / "
       "np.exp(s - s.max(-1, keepdims=True)).sum(-1, keepdims=True))(a @ b.transpose(0, 2, 1) "
