@@ -7,13 +7,9 @@ non-contiguous inputs. The fuzzer's tolerances cannot see an ulp; this can. docs
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-AUDIT_PATH = Path(__file__).resolve().parents[1] / "tools" / "exactness_audit.py"
+from .tool_scripts import load_tool
 
 # Entries that differ today (docs/reliability.md, "Bit for bit", Open): drop a rule once its
 # fix lands.
@@ -24,16 +20,7 @@ KNOWN_OPEN: list[tuple[str, str]] = [
 ]
 
 
-def _load_audit():
-    spec = importlib.util.spec_from_file_location("kiln_tools_exactness_audit", AUDIT_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-audit = _load_audit()
+audit = load_tool("exactness_audit")
 
 
 def _known_open(name: str) -> str | None:

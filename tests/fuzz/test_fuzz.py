@@ -5,14 +5,11 @@ docs/reliability.md has its table."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-FUZZ_PATH = Path(__file__).resolve().parents[2] / "tools" / "fuzz.py"
+from ..tool_scripts import load_tool
+
 SEED = 0
 SLICE = 40
 
@@ -25,16 +22,7 @@ KNOWN_FAILING: dict[int, str] = {
 }
 
 
-def _load_fuzz():
-    spec = importlib.util.spec_from_file_location("kiln_tools_fuzz", FUZZ_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _load_fuzz()
+fuzz = load_tool("fuzz")
 
 
 @pytest.fixture(scope="module")
