@@ -83,20 +83,13 @@ def _viewable(node: Any) -> list[Value]:
     """The inputs of ``node`` whose buffers its outputs may view: all but those its operator
     reads only for their values (a Reshape's shape, a Slice's bounds: ``Input.values_only``)."""
     try:
-        formals = get_op(node.op).inputs
+        opdef = get_op(node.op)
     except OpArgumentError:  # (not a registered operator: any input may be viewed)
-        formals = ()
+        return [v for v in node.inputs if v is not None]
     viewable = []
     for i, v in enumerate(node.inputs):
-        if v is None:
-            continue
-        if i < len(formals):
-            formal = formals[i]
-        elif formals and formals[-1].variadic:
-            formal = formals[-1]
-        else:
-            formal = None
-        if formal is None or not formal.values_only:
+        formal = opdef.input_at(i)
+        if v is not None and (formal is None or not formal.values_only):
             viewable.append(v)
     return viewable
 

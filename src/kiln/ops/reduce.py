@@ -231,13 +231,16 @@ def _reduction(
     initial: Callable[[np.dtype], Any] | None = None,
     fast: Callable[[Sequence[Typed | None], Sequence[Typed], Mapping[str, Any]], KernelCall | None]
     | None = None,
+    whole: Callable[[np.ndarray, bool], np.ndarray] | None = None,
 ) -> OpDef:
     """Register ``name``: reduce ``data`` over ``axes`` with ``fn(x, axes, keepdims)``.
 
     ``reference(values, dtype)`` reduces one lane of input values (Python numbers) and is what
     the samples check the kernel against. ``ufunc`` is given where ``fn`` is exactly
     ``ufunc.reduce`` in the data's dtype (with ``initial(dtype)`` as its start value): the NumPy
-    engine then calls that reduce directly, with the axes resolved once.
+    engine then calls that reduce directly, with the axes resolved once. ``whole(x,
+    keepdims)``, where given, computes a float input's reduction when the axes input is absent
+    (every axis), as the NumPy function recorded that way does (ReduceL2: ``np.linalg.norm``).
     """
 
     def infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -258,9 +261,8 @@ def _reduction(
         noop_with_empty_axes: int = 0,
     ) -> np.ndarray:
         # Floating-point warnings are silenced by the caller (run_kernel, the plans).
-        if name == "ReduceL2" and axes is None and data.dtype.kind == "f":
-            if data.dtype != dtypes.bfloat16:
-                return l2_whole(_native(data), bool(keepdims))
+        if whole is not None and axes is None and data.dtype.kind == "f":
+            return whole(_native(data), bool(keepdims))
         resolved = _kernel_axes(data.ndim, axes, noop_with_empty_axes, name)
         result = fn(_native(data), resolved, bool(keepdims))
         return _to_dtype(np.asarray(result), data.dtype)
@@ -719,6 +721,7 @@ _reduction(
     _ref_l2,
     (_F32, _F64, _I32),
     fast=_squares_fast(root=True),
+    whole=l2_whole,
 )
 _reduction(
     "ReduceSumSquare",

@@ -511,6 +511,15 @@ class OpDef:
             )
         return bound
 
+    def input_at(self, position: int) -> Input | None:
+        """The formal input an actual input at ``position`` binds to (a variadic last input
+        takes every remaining one); None past the formal inputs."""
+        if position < len(self.inputs):
+            return self.inputs[position]
+        if self.inputs and self.inputs[-1].variadic:
+            return self.inputs[-1]
+        return None
+
     def check_arity(self, count: int) -> None:
         """Raise unless ``count`` actual inputs fit the formal inputs."""
         required = sum(1 for i in self.inputs if not i.optional and not i.variadic)
