@@ -523,6 +523,10 @@ BIG = (
     ("matmul", "lambda a: a[:, :300] @ a[:300, :300]"),
     ("softmax rows", "lambda a: np.exp(a - a.max(1, keepdims=True)) / "
      "np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True)"),
+    # correctly rounded steps only: an engine may take these, and must give NumPy's bits
+    ("softsign minus", "lambda a: a / (abs(a) + 1.0) - a"),
+    ("clip shift", "lambda a: np.clip(a - 0.25, -0.5, 0.5) / 3.0"),
+    ("multiply-add", "lambda a: a * 3.0 + a[::-1] * -3.0"),  # XLA's fma: 0 vs a residue
 )  # fmt: skip
 
 

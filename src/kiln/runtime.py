@@ -157,9 +157,12 @@ class Program:
         work, not_measured = select.measurable(graph)
         plan.selection = {"work": work, "chosen": "numpy"}
         self._serve(plan)
-        engines = tuple(e for e in select.OPTIONAL_ENGINES if select.installed(e))
+        engines, refused = select.candidates(graph)
         if not_measured is not None or not engines:
-            plan.selection["not_measured"] = not_measured or "no other engine installed"
+            if not not_measured:
+                not_measured = "no other engine " + ("qualified" if refused else "installed")
+                plan.selection["refused"] = refused
+            plan.selection["not_measured"] = not_measured
         else:
             self.pending = engines
             self._settled = threading.Event()

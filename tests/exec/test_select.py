@@ -7,7 +7,18 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.exec.select import OPTIONAL_ENGINES, TIE_MARGIN, WIN_MARGIN, choose, pick
+from kiln.exec.select import (
+    OPTIONAL_ENGINES,
+    TIE_MARGIN,
+    WIN_MARGIN,
+    candidates,
+    choose,
+    installed,
+    pick,
+    rounding_differs,
+)
+from kiln.ops.registry import all_ops
+from kiln.optim import DefaultsOptions
 
 
 def test_an_engine_must_win_clearly_to_replace_numpy() -> None:
@@ -43,9 +54,80 @@ def test_large_graph_records_candidates_and_choice() -> None:
     pytest.importorskip("jax")
     x = np.random.default_rng(0).standard_normal((1000, 1000)).astype(np.float32)
     graph = kiln.trace(lambda x: np.tanh(x) * 2 + x, x).graph
+    graph.optimize(defaults=DefaultsOptions(allow_reassociation=True))  # else NumPy's bits
     plan = choose(graph)
     selection = plan.selection
     assert plan.engine == selection["chosen"]
     assert "numpy" in selection["seconds"] and "jax" in selection["seconds"]
     assert selection["chosen"] == pick(selection["seconds"])
     np.testing.assert_allclose(plan.run_arrays([x])[0], np.tanh(x) * 2 + x, rtol=1e-6)
+
+
+# -- NumPy's bits (SPEC 5b): the automatic choice never changes a result ------------------
+
+
+def _graph(fn, x, reassociate=False):
+    graph = kiln.trace(fn, x).graph
+    graph.optimize(defaults=DefaultsOptions(allow_reassociation=reassociate))
+    return graph
+
+
+_X = np.random.default_rng(3).standard_normal((1000, 1000)).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "fn, op",
+    [
+        (lambda x: np.tanh(x) * 2, "Tanh"),  # each engine's own tanh
+        (lambda x: x - x.sum(axis=1, keepdims=True), "ReduceSum"),  # the engine's order
+        (lambda x: x @ x, "MatMul"),
+        (lambda x: np.exp(x) / 3, "Exp"),
+    ],
+)
+def test_engines_that_round_differently_are_not_candidates(fn, op) -> None:
+    graph = _graph(fn, _X)
+    for engine in OPTIONAL_ENGINES:
+        assert op in (rounding_differs(graph, engine) or ""), engine
+    plan = choose(graph)
+    assert plan.engine == "numpy"
+    refused = plan.selection.get("refused", {})
+    assert set(refused) == {e for e in OPTIONAL_ENGINES if installed(e)}
+    assert all("not NumPy's bits" in why and op in why for why in refused.values())
+    np.testing.assert_array_equal(plan.run_arrays([_X])[0], fn(_X))
+
+
+def test_reassociation_opts_into_engines_that_round_differently() -> None:
+    graph = _graph(lambda x: np.tanh(x) * 2, _X, reassociate=True)
+    assert graph.reassociation_allowed and graph.copy().reassociation_allowed
+    engines, refused = candidates(graph)
+    assert set(engines) == {e for e in OPTIONAL_ENGINES if installed(e)} and not refused
+
+
+def test_correctly_rounded_graphs_stay_candidates() -> None:
+    graph = _graph(lambda x: x / (abs(x) + 1.0) - x, _X)
+    assert all(rounding_differs(graph, e) is None for e in OPTIONAL_ENGINES)
+
+
+def test_xla_multiply_add_contraction_keeps_jax_out() -> None:
+    # XLA on the CPU fuses a*x + b*x into fma(a, x, b*x): NumPy gives 0 where the products
+    # cancel, XLA the rounding error of b*x, orders of magnitude off (openxla/xla#41579).
+    pytest.importorskip("jax")
+    a, b = np.float32([1e20]), np.float32([-1e20])
+    x = np.full((1000, 1000), 1e10, np.float32)
+    fn = lambda x, a, b: a * x + b * x  # noqa: E731
+    graph = kiln.trace(fn, x, a, b).graph
+    graph.optimize()
+    assert "fused multiply-add" in rounding_differs(graph, "jax")
+    assert rounding_differs(graph, "onnxruntime") is None
+    graph.finalize()
+    np.testing.assert_array_equal(graph.run([x, a, b])[0], fn(x, a, b))  # zeros
+    negated = _graph(lambda x: 1.0 - x * 3.0, _X)  # through a subtraction, too
+    assert "fused multiply-add" in rounding_differs(negated, "jax")
+    separate = _graph(lambda x: (x + 1.0) * 3.0, _X)  # an add feeding a multiply: no fma
+    assert rounding_differs(separate, "jax") is None
+
+
+def test_bit_exact_records_are_the_correctly_rounded_operators() -> None:
+    exact = [op for op in all_ops() if op.bit_exact is not False]
+    assert {"Add", "Div", "Sqrt", "ReduceMax", "Where"} <= {op.name for op in exact}
+    assert not {"Exp", "Tanh", "ReduceSum", "MatMul", "Pow", "Mod"} & {op.name for op in exact}

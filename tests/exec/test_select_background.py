@@ -31,12 +31,12 @@ def _background(monkeypatch):
     monkeypatch.delenv(SELECTION_ENV, raising=False)
 
 
-def _fn(x):
-    return (x * 3.0 + 1.0) * x
+def _fn(x):  # bit-exact on every engine: correctly rounded steps, no multiply-add for XLA
+    return x / (abs(x) + 1.0) - x
 
 
 def _want(x):
-    return (x * np.float32(3.0) + np.float32(1.0)) * x
+    return x / (np.abs(x) + np.float32(1.0)) - x
 
 
 def _big(seed=0):
@@ -95,7 +95,7 @@ def test_a_faster_exact_engine_is_swapped_into_the_replay(monkeypatch):
         kiln.explain(f)
     )
     y = f(x)
-    assert select.same_answer(y, _want(x)) is None  # XLA fuses a multiply-add: ulps apart
+    np.testing.assert_array_equal(y, _want(x))  # NumPy's bits
     assert type(y) is np.ndarray and y.dtype == np.float32 and y.shape == x.shape
 
 
@@ -105,7 +105,7 @@ def test_the_swapped_replay_reads_implicit_inputs_and_writes_back(monkeypatch):
     w = _big(1)
 
     def scaled(x):
-        return x * w + 1.0  # w: a closure array, read afresh by every call
+        return x / w + 1.0  # w: a closure array, read afresh by every call
 
     def bump(x):
         x += 1.0  # a write into the caller's array
@@ -118,7 +118,7 @@ def test_the_swapped_replay_reads_implicit_inputs_and_writes_back(monkeypatch):
     assert f.wait_for_engines(timeout=WAIT) and g.wait_for_engines(timeout=WAIT)
     assert f.current_graph.program.engine == "jax"
     w[...] = 2.0
-    assert select.same_answer(f(x), x * np.float32(2.0) + np.float32(1.0)) is None
+    np.testing.assert_array_equal(f(x), x / np.float32(2.0) + np.float32(1.0))
     mine, theirs = x.copy(), x.copy()
     want = bump(theirs)
     assert select.same_answer(g(mine), want) is None

@@ -57,7 +57,7 @@ from ..errors import DeviceUnavailableError, EngineError, KilnError, Unsupported
 from ..ir.builder import expand_node
 from ..ops.control import subgraph_attrs
 from ..ops.dispatch import as_outputs
-from ..ops.registry import ELEMENTWISE, get_op
+from ..ops.registry import ELEMENTWISE, LAYOUT, get_op
 from .inputs import InputChecker
 from .plan import Plan
 
@@ -88,6 +88,52 @@ COMPILER_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 _jax: Any = None
 _jnp: Any = None
 _lax: Any = None
+
+
+# XLA on the CPU always contracts a multiplication whose result an addition reads into one
+# fused multiply-add, rounded once (its LLVM target options allow FP-op fusion, with no flag
+# to turn it off): NumPy rounds twice, and where the two products cancel, the contracted
+# result can be orders of magnitude off (openxla/xla#41579: ``a*x + b*x``).
+_MULTIPLIES = frozenset({"Mul", "PRelu", "LeakyRelu"})
+_ADDS = frozenset({"Add", "Sub", "Sum"})
+# Nodes a multiplication's exact product may pass through on its way to an add inside one
+# XLA fusion (LLVM folds a negation into the fused multiply-add; layout ops are index math).
+_TRANSPARENT = frozenset({"Neg", "Identity", "Where"})
+
+
+def contracts(graph: ModelGraph) -> str | None:
+    """Why XLA would round ``graph`` differently from NumPy by contracting a multiply-add
+    (None when it would not): an addition of real floats reads a multiplication's result,
+    directly or through a negation, a selection or a layout operator, or a fused node's
+    steps hold both. Asked by the automatic engine choice when results must be NumPy's bits
+    (:func:`kiln.exec.select.rounding_differs`); a forced or reassociating choice accepts it.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> x = kiln.ones((4,), "float32")
+        >>> contracts(kiln.trace(lambda x: x * 2 + 1, x).graph)[:19]
+        'XLA contracts a mul'
+        >>> contracts(kiln.trace(lambda x: (x + 1) * 2, x).graph) is None
+        True
+    """
+    products: dict[int, str] = {}  # id of a value holding an unrounded product: its maker
+    for node in graph.nodes:
+        if not any(v.dtype.kind == "f" or v.dtype.name == "bfloat16" for v in node.outputs):
+            continue
+        steps = {step.split("(", 1)[0] for step in node.attrs.get("program", ())}
+        multiplies = node.op in _MULTIPLIES or bool(steps & _MULTIPLIES)
+        fed = next((products[id(v)] for v in node.inputs if id(v) in products), None)
+        if (node.op in _ADDS or steps & _ADDS) and (fed or (steps & _MULTIPLIES)):
+            maker = fed or f"{node.name!r}"
+            return (
+                f"XLA contracts a multiplication and an addition into one fused multiply-add "
+                f"(rounded once, NumPy rounds twice): {maker} into {node.name!r} ({node.op})"
+            )
+        if multiplies:
+            products.update((id(v), f"{node.name!r} ({node.op})") for v in node.outputs)
+        elif fed and (node.op in _TRANSPARENT or get_op(node.op).has(LAYOUT)):
+            products.update((id(v), fed) for v in node.outputs)
+    return None
 
 
 def available() -> bool:

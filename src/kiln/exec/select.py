@@ -7,16 +7,28 @@ a graph with a node its records say it computes differently: SPEC 5b). Every can
 then reproduce NumPy's answer (:func:`same_answer`) on the synthetic inputs (against the
 NumPy plan) and, when the caller gives one (``reference``: ``kiln.compile`` passes call 1's
 inputs and eager outputs), on the reference inputs against the expected outputs; a candidate
-that differs, or raises, is dropped. The survivors are timed on synthetic inputs of the
-graph's static shapes, and the rule that turns timings into a choice is stable
-(:func:`pick`): an optional engine replaces NumPy only when it is clearly faster
-(:data:`WIN_MARGIN`), timings near that line are measured again before deciding, and engines
-within :data:`TIE_MARGIN` of each other are ranked by a fixed order, not by noise. Tiny graphs
-never pay for the measurement: below :data:`AUTO_MIN_WORK` the NumPy plan is returned at once.
-No engine is compiled when its expected compile time is out of proportion to the graph's run
-time (:func:`compile_is_worth_it`: at most :data:`COMPILE_BUDGET_RUNS` NumPy runs, with the
-compile time estimated per node, :data:`COMPILE_SECONDS_PER_NODE`). What was decided and why
-is kept on the chosen plan (``plan.selection``), and :func:`describe` says it in a line.
+that differs, or raises, is dropped.
+
+NumPy's answer means NumPy's bits (SPEC 5b: the automatic choice never changes a result).
+Another engine is a candidate only for a graph whose every node it computes bit for bit
+(:func:`rounding_differs`: correctly rounded arithmetic, comparisons and data movement, by
+the operators' records, ``OpDef.bit_exact``; no math-library function such as ``exp``, no
+sum or product in an order of the engine's choosing, and for XLA no multiply feeding an add,
+which it contracts), and its outputs must then equal NumPy's bit for bit. A graph optimized
+with ``DefaultsOptions(allow_reassociation=True)`` (``ModelGraph.reassociation_allowed``)
+has opted into rounding differences: there every engine that runs the graph with NumPy's
+semantics is a candidate and agrees when within :data:`ULPS`.
+
+The survivors are timed on synthetic inputs of the graph's static shapes, and the rule that
+turns timings into a choice is stable (:func:`pick`): an optional engine replaces NumPy only
+when it is clearly faster (:data:`WIN_MARGIN`), timings near that line are measured again
+before deciding, and engines within :data:`TIE_MARGIN` of each other are ranked by a fixed
+order, not by noise. Tiny graphs never pay for the measurement: below :data:`AUTO_MIN_WORK` the
+NumPy plan is returned at once. No engine is compiled when its expected compile time is out of
+proportion to the graph's run time (:func:`compile_is_worth_it`: at most
+:data:`COMPILE_BUDGET_RUNS` NumPy runs, with the compile time estimated per node,
+:data:`COMPILE_SECONDS_PER_NODE`). What was decided and why is kept on the chosen plan
+(``plan.selection``), and :func:`describe` says it in a line.
 
 ``kiln.compile`` runs :func:`choose` off the critical path (tiered: NumPy serves at once, see
 :mod:`kiln.runtime`); an explicit ``finalize()`` runs it at once.
@@ -50,8 +62,10 @@ __all__ = [
     "work_estimate",
     "synthetic_inputs",
     "same_answer",
+    "rounding_differs",
     "pick",
     "choose",
+    "candidates",
     "describe",
     "measurable",
     "compile_is_worth_it",
@@ -180,6 +194,30 @@ def synthetic_inputs(graph: ModelGraph, seed: int = 0) -> list[np.ndarray] | Non
     return arrays
 
 
+def rounding_differs(graph: ModelGraph, engine: str) -> str | None:
+    """Why ``engine`` may round a result of ``graph`` differently from NumPy (None when it
+    computes NumPy's bits): the first node whose operator's record does not say it is
+    bit-exact (``OpDef.is_bit_exact``: a math-library function, a reduction or a product
+    whose summation order is the engine's), or an engine's own rewrite (XLA's fused
+    multiply-add, :func:`kiln.exec.jax_engine.contracts`).
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> g = kiln.trace(lambda x: np.tanh(x) + x, kiln.ones((4,), "float32")).graph
+        >>> rounding_differs(g, "onnxruntime")
+        "node 'tanh' (Tanh) rounds as the engine's library or order does"
+    """
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        if not opdef.is_bit_exact(node.inputs, node.outputs, opdef.bind_attrs(node.attrs)):
+            return f"node {node.name!r} ({node.op}) rounds as the engine's library or order does"
+    if engine == "jax":
+        from .jax_engine import contracts
+
+        return contracts(graph)
+    return None
+
+
 def _best_seconds(runs: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
     """The best time of each candidate, measured in blocks of consecutive runs (a replay runs
     one engine over and over, with its thread pool warm; interleaving engines would measure
@@ -201,15 +239,20 @@ def _best_seconds(runs: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
     return best
 
 
-def same_answer(got: np.ndarray, expected: np.ndarray) -> str | None:
-    """None when an engine's output ``got`` agrees with NumPy's ``expected`` (see
-    :data:`ULPS`), else what differs.
+def same_answer(got: np.ndarray, expected: np.ndarray, bitwise: bool = True) -> str | None:
+    """None when an engine's output ``got`` is NumPy's ``expected``, else what differs: bit
+    for bit (NaN where NaN, zeros with their sign), or with ``bitwise=False`` within
+    :data:`ULPS` (a graph whose rounding may differ, see ``allow_reassociation``).
 
     Example:
         >>> same_answer(np.float32([1, np.nan]), np.float32([1, np.nan])) is None
         True
         >>> same_answer(np.float32([1, 0.5]), np.float32([1, np.nan]))
         'NaN at 1 element(s), e.g. index (1,): nan expected, 0.5 found'
+        >>> same_answer(np.float32([1.0000001]), np.float32([1]))
+        'value at 1 element(s), e.g. index (0,): 1.0 expected, 1.0000001192092896 found'
+        >>> same_answer(np.float32([1.0000001]), np.float32([1]), bitwise=False) is None
+        True
     """
     got, expected = np.asarray(got), np.asarray(expected)
     if got.shape != expected.shape or got.dtype != expected.dtype:
@@ -231,7 +274,8 @@ def same_answer(got: np.ndarray, expected: np.ndarray) -> str | None:
                 exact = (e == g) & (np.signbit(e) == np.signbit(g))
                 scale = float(np.max(np.abs(e[finite]), initial=0.0))
                 eps = float(np.finfo(np.float16 if expected.itemsize == 2 else expected.dtype).eps)
-                tol = ULPS.get(expected.itemsize, 64.0) * eps * (np.abs(e) + scale)
+                ulps = 0.0 if bitwise else ULPS.get(expected.itemsize, 64.0)
+                tol = ulps * eps * (np.abs(e) + scale)
                 close = finite & np.isfinite(g) & (np.abs(g - e) <= tol) & ((e != 0) | (g != 0))
             bad = ~(exact | nan_e | close)
             what = "value"
@@ -244,11 +288,13 @@ def same_answer(got: np.ndarray, expected: np.ndarray) -> str | None:
     )
 
 
-def _differs(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> str | None:
+def _differs(
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], bitwise: bool
+) -> str | None:
     if len(outputs) != len(expected):
         return f"{len(outputs)} outputs found, {len(expected)} expected"
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        why = same_answer(got, want)
+        why = same_answer(got, want, bitwise)
         if why is not None:
             return f"output {i}: {why}"
     return None
@@ -304,6 +350,27 @@ def _candidate(graph: ModelGraph, engine: str, numpy_plan: Any) -> Any:
 Reference = tuple[Sequence[np.ndarray], Sequence[np.ndarray]]
 
 
+def candidates(
+    graph: ModelGraph, engines: Sequence[str] = OPTIONAL_ENGINES
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The installed ``engines`` that may compute ``graph``'s answer as NumPy does, and why
+    each other installed one may not: its rounding differs (:func:`rounding_differs`), unless
+    the graph was optimized allowing reassociation (``ModelGraph.reassociation_allowed``).
+    Cheap (it reads the graph, builds nothing)."""
+    allowed = bool(getattr(graph, "reassociation_allowed", False))
+    kept: list[str] = []
+    refused: dict[str, str] = {}
+    for engine in engines:
+        if not installed(engine):
+            continue
+        why = None if allowed else rounding_differs(graph, engine)
+        if why is None:
+            kept.append(engine)
+        else:
+            refused[engine] = f"not NumPy's bits: {why} (allow_reassociation accepts that)"
+    return tuple(kept), refused
+
+
 def choose(
     graph: ModelGraph,
     engines: tuple[str, ...] = OPTIONAL_ENGINES,
@@ -324,6 +391,12 @@ def choose(
         numpy_plan = CpuPlan(graph)
     work, not_measured = measurable(graph)
     selection: dict[str, Any] = {"work": work, "chosen": "numpy"}
+    engines, refused = candidates(graph, engines)
+    bitwise = not getattr(graph, "reassociation_allowed", False)
+    if not engines and not not_measured:
+        not_measured = "no other engine qualified" if refused else "no other engine installed"
+        if refused:
+            selection["refused"] = refused
     arrays = None if not_measured else synthetic_inputs(graph)
     if arrays is None:
         numpy_plan.selection = {**selection, "not_measured": not_measured or "symbolic shapes"}
@@ -337,13 +410,10 @@ def choose(
         numpy_plan.selection = {**selection, "not_measured": "the synthetic inputs do not fit"}
         return numpy_plan
     plans: dict[str, Any] = {"numpy": numpy_plan}
-    refused: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for engine in engines:
         if cancelled is not None and cancelled():
             return numpy_plan
-        if not installed(engine):
-            continue
         too_slow = compile_is_worth_it(engine, len(graph.nodes), numpy_once)
         if too_slow is not None:
             skipped[engine] = too_slow
@@ -353,9 +423,10 @@ def choose(
             if plan is None:
                 continue
             with np.errstate(all="ignore"):
-                why = _differs(plan.run_arrays(arrays), expected)
+                why = _differs(plan.run_arrays(arrays), expected, bitwise)
                 if why is None and reference is not None:
-                    why = _differs(plan.run_arrays(list(reference[0])), list(reference[1]))
+                    outputs = plan.run_arrays(list(reference[0]))
+                    why = _differs(outputs, list(reference[1]), bitwise)
                     why = None if why is None else f"on the capture inputs, {why}"
         except Exception as exc:  # cannot run it exactly (UnsupportedOperationError) or failed
             why = f"{type(exc).__name__}: {exc}"
@@ -365,7 +436,10 @@ def choose(
         else:
             refused[engine] = why
     selection.update(
-        refused=refused, skipped=skipped, numpy_run=numpy_once, exact_on=_exact_on(reference)
+        refused=refused,
+        skipped=skipped,
+        numpy_run=numpy_once,
+        exact_on=_exact_on(reference, bitwise),
     )
     if len(plans) == 1:
         numpy_plan.selection = selection
@@ -388,8 +462,9 @@ def choose(
     return best_plan
 
 
-def _exact_on(reference: Reference | None) -> str:
-    return "synthetic inputs" + (" and the capture inputs" if reference is not None else "")
+def _exact_on(reference: Reference | None, bitwise: bool = True) -> str:
+    inputs = "synthetic inputs" + (" and the capture inputs" if reference is not None else "")
+    return inputs if bitwise else f"{inputs} within {ULPS[4]:g} ulps (allow_reassociation)"
 
 
 def describe(selection: Mapping[str, Any] | None, pending: Sequence[str] = ()) -> str:

@@ -186,6 +186,10 @@ class ModelGraph:
         self._place = place  # a Device or Stream once chosen; None = the inputs' place
         self._shape_guards = tuple(shape_guards)
         self._program: Executable | None = None  # what finalize() made, while it holds
+        # Whether an optimization allowed reassociating floating-point math (DefaultsOptions):
+        # the graph's results may then differ from NumPy's by rounding, and the automatic
+        # engine choice accepts engines that round differently (kiln.exec.select).
+        self.reassociation_allowed = False
 
     # -- structure ------------------------------------------------------------------------
 
@@ -257,7 +261,7 @@ class ModelGraph:
         inputs: Sequence[Value] | None = None,
     ) -> ModelGraph:
         """A new, unfinalized graph with the same name and place and the given parts replaced."""
-        return ModelGraph(
+        graph = ModelGraph(
             self.name,
             self._inputs if inputs is None else inputs,
             self._outputs if outputs is None else outputs,
@@ -266,10 +270,12 @@ class ModelGraph:
             self._place,
             self._shape_guards,
         )
+        graph.reassociation_allowed = self.reassociation_allowed
+        return graph
 
     def with_shape_guards(self, guards: Sequence[ShapeGuard]) -> ModelGraph:
         """A new, unfinalized graph with the same body and ``guards`` as its shape guards."""
-        return ModelGraph(
+        graph = ModelGraph(
             self.name,
             self._inputs,
             self._outputs,
@@ -278,6 +284,8 @@ class ModelGraph:
             self._place,
             guards,
         )
+        graph.reassociation_allowed = self.reassociation_allowed
+        return graph
 
     def copy(self) -> ModelGraph:
         """An independent graph with the same contents (nodes and values are immutable, so
@@ -345,7 +353,10 @@ class ModelGraph:
         """Run the optimizer (the default pipeline when ``transforms`` is None) to a fixed
         point or ``max_num_iterations`` (the graph's default cap when None). The graph is
         rewritten in place; a finalized graph is finalized again. Returns the
-        :class:`~kiln.optim.OptimizeReport`."""
+        :class:`~kiln.optim.OptimizeReport`. With ``allow_reassociation`` in ``defaults``
+        the graph keeps ``reassociation_allowed`` set: its results may differ from NumPy's by
+        rounding, and the automatic engine choice then accepts an engine that rounds
+        differently (:mod:`kiln.exec.select`)."""
         cap = self.default_max_iterations if max_num_iterations is None else max_num_iterations
         optimized, report = runtime().optimize(self, transforms, cap, defaults)
         self._inputs = optimized._inputs
@@ -353,6 +364,8 @@ class ModelGraph:
         self._nodes = optimized._nodes
         self._constants = optimized._constants
         self._shape_guards = optimized._shape_guards
+        if defaults is not None and defaults.allow_reassociation:
+            self.reassociation_allowed = True
         program, self._program = self._program, None
         if program is not None:
             self.finalize(program.requested_engine)

@@ -100,6 +100,7 @@ def _complex_unary(
             traits=frozenset({ELEMENTWISE, PURE} | ({VIEW} if view else set())),
             samples=_samples(reference),
             domain="kiln",
+            bit_exact=view,  # the parts are data movement; other complex math is a formula
         )
     )
 

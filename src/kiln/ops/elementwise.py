@@ -539,6 +539,7 @@ def unary(
     kernel: Callable[..., np.ndarray],
     allowed: Iterable[np.dtype] = NUMERIC,
     *,
+    bit_exact: bool | NodeRule[bool] = False,
     attrs: Mapping[str, Attr] | None = None,
     out_dtype: np.dtype | None = None,
     value_fn: ValueFn | None = None,
@@ -579,6 +580,7 @@ def unary(
     return register(
         OpDef(
             name=name,
+            bit_exact=bit_exact,
             doc=doc,
             inputs=(Input(in_name),),
             outputs=(io_names[1],),
@@ -604,6 +606,7 @@ def binary(
     kernel: Callable[..., np.ndarray],
     allowed: Iterable[np.dtype] = NUMERIC,
     *,
+    bit_exact: bool | NodeRule[bool] = False,
     attrs: Mapping[str, Attr] | None = None,
     out_dtype: np.dtype | None = None,
     value_fn: ValueFn | None = None,
@@ -652,6 +655,7 @@ def binary(
     return register(
         OpDef(
             name=name,
+            bit_exact=bit_exact,
             doc=doc,
             inputs=(Input("A"), Input("B")),
             outputs=("C",),
@@ -672,6 +676,7 @@ def variadic(
     kernel: Callable[[np.ndarray, np.ndarray], np.ndarray],
     allowed: Iterable[np.dtype] = NUMERIC,
     *,
+    bit_exact: bool | NodeRule[bool] = False,
     finish: Callable[[np.ndarray, int], np.ndarray] | None = None,
     value_fn: Callable[[Dim, Dim], Dim] | None = None,
     output: str = "out",
@@ -724,6 +729,7 @@ def variadic(
     return register(
         OpDef(
             name=name,
+            bit_exact=bit_exact,
             doc=doc,
             inputs=(Input("data_0", variadic=True),),
             outputs=(output,),
@@ -748,6 +754,7 @@ unary(
     io_names=("input", "output"),
     sample_dtypes=(dtypes.float32, dtypes.int64, dtypes.bool_),
     reference=lambda x: x.copy(),
+    bit_exact=True,
 )
 unary(
     "Neg",
@@ -757,6 +764,7 @@ unary(
     value_fn=lambda a: -a,
     sample_dtypes=(dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8),
     reference=_pointwise(lambda v: -v),
+    bit_exact=True,
 )
 unary(
     "Abs",
@@ -765,6 +773,7 @@ unary(
     NUMERIC,
     sample_dtypes=(dtypes.float32, dtypes.bfloat16, dtypes.int32, dtypes.uint8),
     reference=_pointwise(abs),
+    bit_exact=True,
 )
 unary(
     "Sign",
@@ -774,6 +783,7 @@ unary(
     io_names=("input", "output"),
     sample_dtypes=(dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint8),
     reference=_pointwise(lambda v: (v > 0) - (v < 0)),
+    bit_exact=True,
 )
 
 # Floating-point math: (name, doc, kernel, domain, reference).
@@ -813,6 +823,9 @@ unary(
     reference=_pointwise(math.exp),
     cost=4,
 )
+# IEEE 754 rounds these correctly (one rounding of the exact result), so every engine agrees
+# with NumPy bit for bit (OpDef.bit_exact); the others are each library's approximation.
+_CORRECTLY_ROUNDED = {"Sqrt", "Reciprocal", "Floor", "Ceil", "Round"}
 # NumPy's time relative to an add, where it is more than one (OpDef.cost).
 _FLOAT_MATH_COST = {"Log": 4, "Sqrt": 2, "Tanh": 6}
 for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
@@ -825,6 +838,7 @@ for _name, _doc, _kernel, _domain, _ref in _FLOAT_MATH:
         sample_range=_domain,
         reference=_pointwise(lambda v, f=_ref: float(f(v))),
         cost=_FLOAT_MATH_COST.get(_name, 1),
+        bit_exact=_name in _CORRECTLY_ROUNDED,
     )
 
 # -- log1p and expm1: NumPy's own ufuncs; ONNX has neither --------------------------------------
@@ -1007,6 +1021,7 @@ unary(
             first_input_dtype("float32", "float64"),
         )
     },
+    bit_exact=True,
 )
 unary(
     "LeakyRelu",
@@ -1016,6 +1031,7 @@ unary(
     attrs={"alpha": Attr("float", 0.01)},
     sample_attrs=({}, {"alpha": 0.2}),
     reference=_pointwise(lambda v, alpha: v if v >= 0 else alpha * v),
+    bit_exact=True,
 )
 unary(
     "Elu",
@@ -1137,6 +1153,7 @@ unary(
     attrs={"alpha": Attr("float", 1.0)},
     sample_attrs=({}, {"alpha": 0.5}),
     reference=_pointwise(lambda v, alpha: v if v > alpha else 0.0),
+    bit_exact=True,
 )
 
 
@@ -1292,6 +1309,7 @@ def _clip_samples() -> list[Sample]:
 register(
     OpDef(
         name="Clip",
+        bit_exact=True,
         doc="Each element limited to [min, max]; min and max are optional scalar inputs.",
         inputs=(Input("input"), Input("min", optional=True), Input("max", optional=True)),
         outputs=("output",),
@@ -1446,6 +1464,7 @@ def _cast_samples() -> list[Sample]:
 register(
     OpDef(
         name="Cast",
+        bit_exact=True,
         doc="Each element converted to the dtype ``to`` (an ONNX data type number; 8, string, "
         "for a model's string tensors).",
         inputs=(Input("input"),),
@@ -1506,6 +1525,7 @@ def _cast_like_samples() -> list[Sample]:
 register(
     OpDef(
         name="CastLike",
+        bit_exact=True,
         doc="Each element of ``input`` converted to the dtype of ``target_type`` (whose "
         "contents and shape are not used), as Cast.",
         inputs=(Input("input"), Input("target_type")),
@@ -1534,6 +1554,7 @@ binary(
     commutative=True,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.float16, dtypes.uint8),
     reference=_pointwise(lambda a, b: a + b),
+    bit_exact=True,
 )
 binary(
     "Sub",
@@ -1543,6 +1564,7 @@ binary(
     value_fn=lambda a, b: a - b,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.uint8),
     reference=_pointwise(lambda a, b: a - b),
+    bit_exact=True,
 )
 binary(
     "Mul",
@@ -1553,6 +1575,7 @@ binary(
     commutative=True,
     sample_dtypes=(*_ARITH_SAMPLES, dtypes.bfloat16),
     reference=_pointwise(lambda a, b: a * b),
+    bit_exact=True,
 )
 binary(
     "Div",
@@ -1565,6 +1588,7 @@ binary(
     reference=_pointwise(lambda a, b: _int_trunc_div(a, b) if isinstance(a, int) else a / b),
     fast_kernel=_two_input_ufunc(np.divide, _NATIVE_FLOATS_HALF),
     engine_limits=_ORT_INT_DIVISION,
+    bit_exact=True,
 )
 
 
@@ -1655,6 +1679,7 @@ def _prelu_samples() -> list[Sample]:
 register(
     OpDef(
         name="PRelu",
+        bit_exact=True,
         doc="x for x >= 0, slope * x below; slope broadcasts unidirectionally to X.",
         inputs=(Input("X"), Input("slope")),
         outputs=("Y",),
@@ -1843,6 +1868,7 @@ variadic(
     reference=_fold_reference(_nan_max),
     fast_kernel=_two_input_ufunc(np.maximum),  # NaN propagates, as the fold does
     engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
+    bit_exact=True,
 )
 variadic(
     "Min",
@@ -1855,7 +1881,17 @@ variadic(
     reference=_fold_reference(_nan_min),
     fast_kernel=_two_input_ufunc(np.minimum),
     engine_limits={"onnxruntime": _ORT_ZERO_SIGN_EXTREMA},
+    bit_exact=True,
 )
+
+
+def _two_inputs(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """A sum of two inputs is one rounding; of more, the order of the additions matters."""
+    return len(inputs) <= 2
+
+
 # ONNX types Sum for floats; kiln also accepts integers so that shape arithmetic can add sizes.
 variadic(
     "Sum",
@@ -1867,6 +1903,7 @@ variadic(
     sample_dtypes=(dtypes.float32, dtypes.float64, dtypes.int64),
     reference=_fold_reference(sum),
     fast_kernel=_two_input_ufunc(np.add),
+    bit_exact=_two_inputs,
 )
 variadic(
     "Mean",
@@ -1922,6 +1959,7 @@ def _where_samples() -> list[Sample]:
 register(
     OpDef(
         name="Where",
+        bit_exact=True,
         doc="X where condition is true, else Y; all three broadcast together.",
         inputs=(Input("condition"), Input("X"), Input("Y")),
         outputs=("output",),

@@ -387,6 +387,21 @@ def _raises(inputs: Sequence[Any], outputs: Sequence[Any], attrs: Mapping[str, A
     return any(get_op(step.op).raises_on_values for step in steps)
 
 
+def _bit_exact(inputs: Sequence[Any], outputs: Sequence[Any], attrs: Mapping[str, Any]) -> bool:
+    """OpDef.bit_exact: every step is, with the types the steps compute."""
+    steps = parse_program(tuple(attrs["program"]), len(inputs))
+    values: list[Any] = list(inputs)
+    for step in steps:
+        opdef = get_op(step.op)
+        args = [None if a is None else values[a] for a in step.args]
+        step_attrs = opdef.bind_attrs(dict(step.attrs))
+        out = opdef.infer(args, step_attrs)[0]
+        if not opdef.is_bit_exact(args, [out], step_attrs):
+            return False
+        values.append(out)
+    return True
+
+
 register(
     OpDef(
         name=OP,
@@ -408,5 +423,6 @@ register(
         expand=_expand,
         cost=_cost,
         raises_on_values=_raises,
+        bit_exact=_bit_exact,
     )
 )

@@ -243,6 +243,7 @@ def _hardmax_samples() -> list[Sample]:
 register(
     OpDef(
         name="Hardmax",
+        bit_exact=True,
         doc="1 at the first maximum along ``axis``, 0 elsewhere.",
         inputs=(Input("input"),),
         outputs=("output",),
@@ -1456,6 +1457,7 @@ _POOL_ATTRS = {
 register(
     OpDef(
         name="MaxPool",
+        bit_exact=True,
         doc="The maximum of each window of X (N, C, ...); Indices holds the flat position in X "
         "of each maximum (row-major, or column-major over the spatial axes for storage_order=1).",
         inputs=(Input("X"),),
@@ -1540,6 +1542,7 @@ register(
 register(
     OpDef(
         name="GlobalMaxPool",
+        bit_exact=True,
         doc="The maximum over all spatial axes of X (N, C, ...), kept as size-1 axes.",
         inputs=(Input("X"),),
         outputs=("Y",),

@@ -232,6 +232,7 @@ def _reduction(
     fast: Callable[[Sequence[Typed | None], Sequence[Typed], Mapping[str, Any]], KernelCall | None]
     | None = None,
     whole: Callable[[np.ndarray, bool], np.ndarray] | None = None,
+    bit_exact: bool = False,
 ) -> OpDef:
     """Register ``name``: reduce ``data`` over ``axes`` with ``fn(x, axes, keepdims)``.
 
@@ -270,6 +271,7 @@ def _reduction(
     return register(
         OpDef(
             name=name,
+            bit_exact=bit_exact,
             doc=doc,
             inputs=(Input("data"), Input("axes", values_only=True, optional=True)),
             outputs=("reduced",),
@@ -684,6 +686,7 @@ _reduction(
     (_F32, dtypes.int8, dtypes.bool_, dtypes.uint8, _F16),
     ufunc=np.maximum,
     initial=_lowest,
+    bit_exact=True,  # a comparison per element: any order gives the same bits
 )
 _reduction(
     "ReduceMin",
@@ -694,6 +697,7 @@ _reduction(
     (_F64, _I64, dtypes.bool_, dtypes.uint32),
     ufunc=np.minimum,
     initial=_highest,
+    bit_exact=True,  # a comparison per element: any order gives the same bits
 )
 _reduction(
     "ReduceProd",
@@ -1133,6 +1137,7 @@ def _topk_samples() -> list[Sample]:
 register(
     OpDef(
         name="TopK",
+        bit_exact=True,
         doc="The ``K`` largest (``largest=1``) or smallest elements along ``axis``, sorted, and "
         "their int64 indices; equal values keep the lower index first.",
         inputs=(Input("X"), Input("K")),

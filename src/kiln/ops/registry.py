@@ -441,6 +441,16 @@ class OpDef:
             :class:`kiln.ops.batching.BatchRule`), for the loop vectorizer; None: the
             elementwise rule for an elementwise operator, else none (see
             :func:`kiln.ops.batching.batching_rule`).
+        bit_exact: Whether every engine that runs the operator with its semantics computes
+            NumPy's very bits: its real floating-point results are single correctly rounded
+            IEEE operations (add, divide, square root, a cast), comparisons or selections,
+            never a math library's approximation (exp, tanh: each engine has its own) nor a
+            sum in an order the engine chooses (a reduction, a matrix product). True, or a
+            :data:`NodeRule` narrowing it. Read through :meth:`is_bit_exact`, which also
+            counts as exact every node with no floating-point output and every layout
+            operator. The automatic engine choice without ``allow_reassociation``
+            takes another engine than NumPy only for graphs whose nodes are all bit-exact
+            (:func:`kiln.exec.select.rounding_differs`).
     """
 
     name: str
@@ -464,6 +474,7 @@ class OpDef:
     engine_limits: Mapping[str, EngineLimit] = field(default_factory=dict)
     raises_on_values: bool | NodeRule[bool] = False
     batch: Any = None  # a kiln.ops.batching.BatchRule (defined over this module)
+    bit_exact: bool | NodeRule[bool] = False
     # Precomputed from ``traits`` for the eager door, which reads it on every call: whether
     # the kernel may return a view of its first input (the ``VIEW`` trait).
     is_view: bool = field(init=False, repr=False, compare=False)
@@ -484,6 +495,21 @@ class OpDef:
         """Whether a node with these types and (bound) attributes can raise on its inputs'
         values at run time (see ``raises_on_values``)."""
         rule = self.raises_on_values
+        return bool(rule(inputs, outputs, attrs)) if callable(rule) else bool(rule)
+
+    def is_bit_exact(
+        self, inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> bool:
+        """Whether any engine computes NumPy's bits for a node with these types and (bound)
+        attributes (see ``bit_exact``): no real or complex floating-point output, a layout
+        operator, or a real result the record declares exact. Complex arithmetic is
+        never counted exact (its formulas differ between libraries)."""
+        kinds = {o.dtype.kind if o.dtype.name != "bfloat16" else "f" for o in outputs}
+        if not kinds & {"f", "c"} or LAYOUT in self.traits:
+            return True
+        if "c" in kinds:
+            return False
+        rule = self.bit_exact
         return bool(rule(inputs, outputs, attrs)) if callable(rule) else bool(rule)
 
     # -- validation used by dispatch, the IR and ONNX import -------------------------------

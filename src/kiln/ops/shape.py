@@ -162,6 +162,13 @@ def _float_max_min(
     )
 
 
+def _no_reduction(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """A scatter that only stores values is data movement (bit-exact in any engine)."""
+    return attrs["reduction"] == "none"
+
+
 # Where onnxruntime 1.x departs from the ONNX semantics (found by tests/exec/test_engines.py
 # against the reference executor). A max/min reduction drops a NaN already in the data
 # (1.32: max(NaN, 1) gives 1; NumPy's maximum.at keeps the NaN).
@@ -1649,6 +1656,7 @@ _ORT_SCATTER_ND = {
 register(
     OpDef(
         name="ScatterND",
+        bit_exact=_no_reduction,
         doc="A copy of ``data`` with the slices addressed by ``indices`` replaced by (or "
         "combined by ``reduction`` with) ``updates``.",
         inputs=(Input("data"), Input("indices"), Input("updates")),
@@ -1741,6 +1749,7 @@ def _scatter_elements_samples() -> list[Sample]:
 register(
     OpDef(
         name="ScatterElements",
+        bit_exact=_no_reduction,
         doc="A copy of ``data`` with out[indices[i][j]][j] = updates[i][j] (axis 0; likewise "
         "for any axis), or combined by ``reduction``.",
         inputs=(Input("data"), Input("indices"), Input("updates")),
@@ -2098,6 +2107,7 @@ def _constant_of_shape_samples() -> list[Sample]:
 register(
     OpDef(
         name="ConstantOfShape",
+        bit_exact=True,
         doc="A tensor of the shape given by the input, filled with the one-element ``value`` "
         "(float32 0 by default).",
         inputs=(Input("input"),),
@@ -2281,6 +2291,7 @@ def _constant_samples() -> list[Sample]:
 register(
     OpDef(
         name="Constant",
+        bit_exact=True,
         doc="A constant tensor given by exactly one of its attributes.",
         inputs=(),
         outputs=("output",),
@@ -2345,6 +2356,7 @@ def _trilu_samples() -> list[Sample]:
 register(
     OpDef(
         name="Trilu",
+        bit_exact=True,
         doc="The upper (upper=1) or lower triangle of the last two axes, from diagonal k; the "
         "rest set to zero.",
         inputs=(Input("input"), Input("k", values_only=True, optional=True)),

@@ -200,6 +200,7 @@ def _samples() -> list[Sample]:
 register(
     OpDef(
         name="SliceUpdate",
+        bit_exact=True,
         doc="A copy of 'data' whose strided box (Slice's starts, ends, axes, steps) holds "
         "'updates' (of the box's shape): NumPy's data[box] = updates, as a value.",
         inputs=(
