@@ -262,3 +262,30 @@ def test_compiled_dot_of_more_axes_is_numpys_bit_for_bit(shapes, dtype):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
     assert [n.op for n in f.current_graph.nodes] == ["kiln.Dot"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, z: np.dot(a, z),
+        lambda a, z: np.tensordot(a, z, axes=1),
+        lambda a, z: np.inner(a, z.T),
+        lambda a, z: a.dot(z),
+    ],
+)
+def test_dot_skips_a_zero_operand_as_numpys_blas_does(dtype, fn):
+    # np.dot hands matrices to BLAS's gemm/gemv, which never compute inf * 0 where the other
+    # operand is zero (NumPy: 0); np.matmul's own loop for small shapes gives nan. kiln
+    # recorded np.dot as MatMul (fuzz 32:145); now it runs np.dot itself.
+    a = np.array([0.02, 0.5, -0.58, -np.inf, np.inf, -0.68], dtype).reshape(6, 1)
+    z = np.zeros((1, 1), dtype)
+    b = a[::-1].copy()
+    compiled = kiln.compile(fn)
+    with np.errstate(all="ignore"):
+        for x in (a, a, b, a):  # capture, replays, a replay on other values
+            got, want = compiled(x, z), fn(x, z)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+        eager = kiln.dot(kiln.tensor(a), kiln.tensor(z)).numpy()
+        np.testing.assert_array_equal(eager, np.dot(a, z))

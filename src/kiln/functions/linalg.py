@@ -155,9 +155,9 @@ def dot(a: Any, b: Any, out: Any = None) -> Tensor:
     if x.ndim == 0 or y.ndim == 0:
         return _multiply(x, y)
     _check_contraction("dot", x, y, [(-1, -2 if y.ndim >= 2 else 0)])
-    if x.ndim <= 2 and y.ndim <= 2:
-        return _matmul(x, y)  # here np.dot is np.matmul: BLAS's products
-    # More axes: NumPy computes each element as a dot product (kiln.Dot calls np.dot).
+    # kiln.Dot is np.dot itself on the NumPy plan: matrices go to BLAS's gemm/gemv, which skip
+    # a zero operand (inf * 0 is never computed: np.dot gives 0 where np.matmul's own loop
+    # for small shapes gives nan, fuzz 32:145); more axes, a dot product per element.
     return call("kiln.Dot", x, y)
 
 
@@ -195,9 +195,7 @@ def inner(a: Any, b: Any, /) -> Tensor:
     if y.ndim >= 2:  # np.inner(a, b) is np.dot(a, swapaxes(b, -1, -2))
         perm = [*range(y.ndim - 2), y.ndim - 1, y.ndim - 2]
         y = call("Transpose", y, perm=perm)
-    if x.ndim <= 2 and y.ndim <= 2 and x.dtype in MATMUL_DTYPES:
-        return _matmul(x, y)  # NumPy's own products (BLAS's dot, gemv, gemm)
-    return call("kiln.Dot", x, y)
+    return call("kiln.Dot", x, y)  # np.dot(a, swapaxes(b)), as NumPy computes it
 
 
 @implements(np.outer)
@@ -273,7 +271,7 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Tensor:
     left = _matrix(x, free_a + axes_a, (_size_product([x.shape[k] for k in free_a]), inner))
     right = _matrix(y, axes_b + free_b, (inner, _size_product([y.shape[k] for k in free_b])))
     shape = [x.shape[k] for k in free_a] + [y.shape[k] for k in free_b]
-    return _matmul(left, right).reshape(tuple(shape))
+    return call("kiln.Dot", left, right).reshape(tuple(shape))  # NumPy's np.dot (see dot)
 
 
 def _size_product(sizes: Sequence[Any]) -> Any:

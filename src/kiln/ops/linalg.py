@@ -79,6 +79,16 @@ def _matmul_fast(
     return KernelCall("{b0}({0}, {1})", (np.matmul,))
 
 
+def _dot_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``np.dot`` itself on one float32/float64/complex dtype (no promotion, no bfloat16
+    cast): a fresh result the plan may write into, as MatMul's."""
+    if not same_dtype(inputs, outputs) or outputs[0].dtype not in _BLAS_FLOATS:
+        return None
+    return KernelCall("{b0}({0}, {1})", (np.dot,))
+
+
 def _gemm_unscaled(a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> np.ndarray:
     """Gemm with alpha = beta = 1 on one float dtype: one matmul and an in-place add."""
     y = np.matmul(a, b)
@@ -261,7 +271,7 @@ register(
 )
 
 
-# -- kiln.Dot: np.dot of N-D operands -------------------------------------------------------
+# -- kiln.Dot: np.dot, as NumPy computes it -----------------------------------------------
 # np.dot of an operand with more than two axes sums over the last axis of A and the second to
 # last of B, one BLAS dot product per output element: MatMul (batched gemm) and Einsum add in
 # other orders (up to 256 ulp in float32), so the NumPy plan calls np.dot itself.
@@ -280,7 +290,7 @@ def _dot_equation(ra: int, rb: int) -> str:
 def _dot_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     a = require("kiln.Dot", "A", inputs[0])
     b = require("kiln.Dot", "B", inputs[1])
-    require_dtype("kiln.Dot", "A", a, NUMERIC | {dtypes.bool_})
+    require_dtype("kiln.Dot", "A", a, NUMERIC | COMPLEX | {dtypes.bool_})
     require_same_dtype("kiln.Dot", (a, b), ("A", "B"))
     if not a.shape or not b.shape:
         raise OpArgumentError("kiln.Dot: both operands need an axis (a scalar multiplies)")
@@ -302,7 +312,9 @@ def _dot_kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _dot_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The einsum of np.dot's definition, summed in float64 (integers: in int64)."""
-    wide = np.float64 if a.dtype.kind in "fc" or a.dtype == dtypes.bfloat16 else np.int64
+    wide = {"c": np.complex128, "f": np.float64}.get(a.dtype.kind, np.int64)
+    if a.dtype == dtypes.bfloat16:
+        wide = np.float64
     y = np.einsum(_dot_equation(a.ndim, b.ndim), a.astype(wide), b.astype(wide))
     return np.asarray(y).astype(a.dtype)
 
@@ -333,8 +345,9 @@ def _dot_expand(
 register(
     OpDef(
         name="Dot",
-        doc="numpy.dot of operands with more than two axes: the sum over the last axis of A "
-        "and the second to last of B, computed as NumPy does (a dot product per element).",
+        doc="numpy.dot: the sum over the last axis of A and the second to last of B (the "
+        "last of a vector B), computed as NumPy does: BLAS's products of vectors and "
+        "matrices (which skip a zero operand), a dot product per element for more axes.",
         inputs=(Input("A"), Input("B")),
         outputs=("Y",),
         infer=_dot_infer,
@@ -342,6 +355,7 @@ register(
         samples=_dot_samples,
         cost=_product_cost,
         raises_on_values=_matmul_may_raise,
+        fast_kernel=_dot_fast,
         domain="kiln",
         expand=_dot_expand,
     )
