@@ -133,6 +133,38 @@ def test_matrix_products_batch_bit_for_bit():
     np.testing.assert_array_equal(run(g, y, v)[0], fn(y, v), strict=True)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dot_products_in_a_double_loop_batch_bit_for_bit(dtype):
+    # np.dot is kiln.Dot (NumPy's own dot); its rule batches vector dots into one MatMul whose
+    # loop makes the very BLAS call np.dot makes, infinities and zeros included
+    def fn(x, y):
+        d = np.empty((x.shape[0], y.shape[0]), x.dtype)
+        for i in range(x.shape[0]):
+            for j in range(y.shape[0]):
+                d[i, j] = np.dot(x[i], y[j])
+        return d
+
+    x, y = RNG.standard_normal((7, 5)).astype(dtype), RNG.standard_normal((6, 5)).astype(dtype)
+    g = optimized(fn, x, y)
+    assert ops(g).count("MatMul") == 1 and "kiln.Dot" not in ops(g), ops(g)
+    x[1, 2], x[3, :] = np.inf, -0.0
+    y[2, 2], y[4, :] = 0.0, np.nan
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(run(g, x, y)[0], fn(x, y), strict=True)
+
+
+def test_dot_of_one_product_is_not_batched():
+    # np.dot of length-1 vectors is the bare product (-0.0 * 1 is -0.0); a MatMul adds it
+    # to +0.0, so the loop keeps its per-iteration dots
+    def fn(x, y):
+        return np.array([np.dot(x[i], y[i]) for i in range(x.shape[0])])
+
+    x, y = -np.zeros((4, 1)), np.ones((4, 1))
+    g = optimized(fn, x, y)
+    assert "MatMul" not in ops(g)
+    np.testing.assert_array_equal(np.signbit(run(g, x, y)[0]), np.signbit(fn(x, y)))
+
+
 def test_iterations_that_differ_are_left_alone():
     def fn(x):
         return np.concatenate([np.exp(x[0:1]), np.tanh(x[1:2]), np.sin(x[2:3]), x[3:4] * 2])

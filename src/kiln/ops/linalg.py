@@ -34,7 +34,15 @@ from .registry import (
     register,
     same_dtype,
 )
-from .rules import FLOATS, NUMERIC, broadcast, require, require_dtype, require_same_dtype
+from .rules import (
+    FLOATS,
+    INTEGERS,
+    NUMERIC,
+    broadcast,
+    require,
+    require_dtype,
+    require_same_dtype,
+)
 from .sampling import sample_array
 
 __all__ = ["MATMUL_DTYPES", "matmul_shape", "EinsumEquation", "parse_einsum"]
@@ -321,6 +329,10 @@ def _dot_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _dot_samples() -> list[Sample]:
     cases = (
+        ((5,), (5,), dtypes.float32),  # vectors and matrices: np.dot's BLAS calls
+        ((4,), (4, 3), dtypes.float64),
+        ((3, 4), (4, 2), dtypes.float32),
+        ((1,), (1, 1), dtypes.float64),
         ((2, 3, 4), (4, 5), dtypes.float32),
         ((3, 4), (2, 4, 5), dtypes.float64),
         ((2, 3, 4), (3, 4, 2), dtypes.float32),
@@ -331,6 +343,32 @@ def _dot_samples() -> list[Sample]:
         ((2, 2, 3), (3, 2), dtypes.float16),
     )
     return _product_samples(cases, _dot_reference, ".", rtol=1e-3)
+
+
+# The dtypes whose np.dot of vectors NumPy computes with the same loop as np.matmul's.
+_DOT_BATCHES = frozenset({dtypes.float32, dtypes.float64, *INTEGERS})
+
+
+def _dot_batch(
+    builder: Any,
+    op: str,
+    inputs: Sequence[Any],
+    batched: Sequence[bool],
+    attrs: Mapping[str, Any],
+) -> Sequence[Any] | None:
+    """The loop vectorizer's rule for kiln.Dot of a vector with a vector or a matrix (a dot
+    per iteration, ``D[i, j] = np.dot(x[i], y[j])``): a batched MatMul, whose NumPy loop runs
+    each iteration's product with the very call np.dot makes (dot, gemv), so the same bits
+    (checked on every inf, NaN and signed-zero combination). Not for a sum of one product
+    (np.dot keeps ``-0.0 * 1`` as -0.0 where matmul adds it to +0.0), nor for matrices
+    (np.dot's BLAS call skips zero operands where np.matmul's may not)."""
+    a, b = inputs
+    if len(a.shape) - batched[0] != 1 or len(b.shape) - batched[1] not in (1, 2):
+        return None
+    k = a.shape[-1]
+    if not isinstance(k, int) or k < 2 or a.dtype not in _DOT_BATCHES:
+        return None
+    return batching.matmul.fn(builder, "MatMul", inputs, batched, {})
 
 
 def _dot_expand(
@@ -356,6 +394,7 @@ register(
         cost=_product_cost,
         raises_on_values=_matmul_may_raise,
         fast_kernel=_dot_fast,
+        batch=batching.BatchRule(_dot_batch),
         domain="kiln",
         expand=_dot_expand,
     )
