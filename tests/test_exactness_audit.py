@@ -15,8 +15,6 @@ from .tool_scripts import load_tool
 # fix lands.
 KNOWN_OPEN: list[tuple[str, str]] = [
     ("where=", "a masked reduction: NumPy adds each run of true elements apart"),
-    ("np.linalg.norm(a, 3)", "a NumPy scalar's power after a whole reduction (libm's pow)"),
-    ("scalar math", "a NumPy scalar's power after a whole reduction (libm's pow)"),
 ]
 
 

@@ -557,6 +557,34 @@ def test_power_operator_dtypes_follow_ndarray_pow():
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_a_scalars_power_is_numpys_scalar_math(dtype):
+    # np.sum(a) is a NumPy scalar, and its ** is libm's pow, where the array loop may be a
+    # vectorized approximation (an ulp apart in about one case in 25) and takes fast paths
+    # (sqrt for ** 0.5: -0.0 and -inf differ); kiln's 0-d values compute as NumPy's scalars
+    rng = np.random.default_rng(7)
+    rows = np.abs(rng.standard_normal((60, 5))).astype(dtype) * 3
+    exponents = (1.7, 1 / 3, -2.5, 0.5, 3)
+    for p in exponents:
+        f = lambda a, p=p: np.sum(a) ** p  # noqa: E731
+        cf = kiln.compile(f)
+        for row in rows:
+            want = f(row)
+            got = cf(row)
+            assert got.dtype == want.dtype
+            assert got.tobytes() == np.asarray(want).tobytes(), (p, row, got, want)
+    special = np.array([[-0.0, 0.0], [-np.inf, 0.0], [np.inf, 1.0]], dtype)
+    for fn in (lambda a: a[0] ** 0.5, lambda a: np.max(a) ** 0.5, lambda a: a[1] ** 2):
+        with np.errstate(all="ignore"):
+            for row in special:
+                want = fn(row)
+                for got in _eager_and_replayed(fn, row):
+                    assert got.tobytes() == np.asarray(want).tobytes(), (row, got, want)
+    flags = np.array([True, False])
+    for got in _eager_and_replayed(lambda a: a[0] ** 2, flags):
+        assert got.dtype == (np.True_**2).dtype  # int64: the scalar's power, not np.square
+
+
 def test_comparisons_with_python_ints_out_of_the_dtypes_range():
     x = np.array([0, 5, 255], np.uint8)
     fns = [

@@ -341,14 +341,17 @@ def power_operator(x: Any, y: Any) -> Tensor:
     array base and a Python exponent, ``** 2`` is ``np.square`` for every dtype (so
     ``bool ** 2`` is int8, where ``np.power`` gives int64), and on floats ``** -1`` is
     ``np.reciprocal`` and ``** 0.5`` is ``np.sqrt`` (``-0.0 ** 0.5`` is -0.0, not 0.0);
-    anything else is :func:`power`.
+    anything else is :func:`power`. A 0-d base is what NumPy programs hold as a *scalar*
+    (``np.sum(a)``, ``a[0, 0]``), whose ``**`` is NumPy's scalar math: :func:`power`, with
+    no fast path (``np.True_ ** 2`` is int64, ``np.float32(-0.0) ** 0.5`` is +0.0), whose
+    kernel on two 0-d floats is libm's ``pow``, as NumPy's scalars compute it.
 
     Example:
         >>> import kiln
         >>> (kiln.tensor([True, False]) ** 2).dtype
         dtype('int8')
     """
-    if isinstance(x, (Tensor, np.ndarray)):
+    if isinstance(x, (Tensor, np.ndarray)) and x.ndim:
         floating = dtypes.is_floating(x.dtype) or dtypes.is_complex(x.dtype)
         if type(y) is int and y == 2:
             return square(x)

@@ -373,8 +373,18 @@ def _mod_kernel(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
     return np.fmod(a, b) if fmod else np.remainder(a, b)
 
 
+def _scalar_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A float raised to a power where both are 0-d: NumPy's *scalar* math, which a NumPy
+    program reaches with ``np.sum(a) ** 1.7`` (a reduction gives a scalar): libm's ``pow``,
+    where the array loop may be a vectorized approximation (an ulp apart in about one case
+    in 25, and ``(-inf) ** 0.5`` is inf, not the loop's NaN)."""
+    return np.asarray(x[()] ** y[()])
+
+
 def _pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = x.dtype
+    if x.ndim == 0 and y.ndim == 0 and y.dtype == out and out in _NATIVE_FLOATS_HALF:
+        return _scalar_pow(x, y)
     if out.kind == "c":  # NumPy's complex loop, in the base's dtype
         return np.power(x, y.astype(out, copy=False))
     if dtypes.is_floating(out):
@@ -429,6 +439,18 @@ def _two_input_ufunc(
         return call
 
     return fast
+
+
+_power_loop = _two_input_ufunc(np.power, _NATIVE_FLOATS_HALF)
+
+
+def _pow_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """``np.power`` itself, except on two 0-d floats: NumPy's scalar math (see _scalar_pow)."""
+    if len(inputs) == 2 and all(v is not None and not v.shape for v in inputs):
+        return None
+    return _power_loop(inputs, outputs, attrs)
 
 
 def _relu_fast(
@@ -1756,7 +1778,7 @@ register(
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_pow_samples,
         cost=6,
-        fast_kernel=_two_input_ufunc(np.power, _NATIVE_FLOATS_HALF),
+        fast_kernel=_pow_fast,
         raises_on_values=_pow_raises,
         engine_limits=float64_differs(
             {
