@@ -1457,7 +1457,6 @@ _POOL_ATTRS = {
 register(
     OpDef(
         name="MaxPool",
-        bit_exact=True,
         doc="The maximum of each window of X (N, C, ...); Indices holds the flat position in X "
         "of each maximum (row-major, or column-major over the spatial axes for storage_order=1).",
         inputs=(Input("X"),),
@@ -1542,7 +1541,6 @@ register(
 register(
     OpDef(
         name="GlobalMaxPool",
-        bit_exact=True,
         doc="The maximum over all spatial axes of X (N, C, ...), kept as size-1 axes.",
         inputs=(Input("X"),),
         outputs=("Y",),
