@@ -14,7 +14,6 @@ from .tool_scripts import load_tool
 # Entries that differ today (docs/reliability.md, "Bit for bit", Open): drop a rule once its
 # fix lands.
 KNOWN_OPEN: list[tuple[str, str]] = [
-    ("where=", "a masked reduction: NumPy adds each run of true elements apart"),
 ]
 
 

@@ -292,3 +292,34 @@ def test_empty_reductions_with_initial_are_captured_as_numpy(fn, x):
         got, want = f(x), fn(x)
         assert got.dtype == np.asarray(want).dtype and got.shape == np.shape(want)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: np.sum(a, where=a.real > 0),
+        lambda a: np.sum(a, axis=0, where=a.real > 0),
+        lambda a: np.sum(a, axis=-1, keepdims=True, where=a.real > -0.5),
+        lambda a: np.mean(a, axis=1, where=a.real > 0),
+        lambda a: np.prod(a, axis=0, where=a.real > 0),
+        lambda a: a.sum(axis=1, where=np.array([True, False, True, True, False, True, True])),
+    ],
+)
+def test_masked_reductions_are_numpys_bit_for_bit(dtype, fn):
+    # NumPy reduces each run of selected elements apart (pairwise within a run, in sequence
+    # across runs): the masked array summed whole is an ulp off in some cases (kiln.MaskedReduce
+    # runs np.add.reduce(..., where=) itself)
+    rng = np.random.default_rng(11)
+    compiled = kiln.compile(fn)
+    for i in range(12):
+        a = (rng.standard_normal((9, 7)) * 10).astype(dtype)
+        if i % 3 == 2:
+            a = np.asfortranarray(a)  # NumPy's order of the runs follows the memory
+        with np.errstate(all="ignore"):
+            want = fn(a)
+            got = compiled(a)
+        assert got.dtype == want.dtype and got.shape == np.shape(want)
+        assert got.tobytes() == np.asarray(want).tobytes(), (i, got, want)
+    eager = fn(kiln.asarray(a))
+    assert np.asarray(eager).tobytes() == np.asarray(fn(a)).tobytes()

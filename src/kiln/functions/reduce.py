@@ -102,11 +102,8 @@ def _given(option: Any) -> bool:
     return option is not _UNSET
 
 
-def _masked(name: str, x: Tensor, where: Any, fill: Any) -> Tensor:
-    """``x`` with the elements outside NumPy's ``where=`` mask replaced by ``fill`` (the
-    reduction's identity or ``initial``), so that reducing it reduces the masked elements."""
-    if where is _UNSET or where is True:
-        return x
+def _mask(name: str, x: Tensor, where: Any) -> Tensor:
+    """NumPy's ``where=`` mask as a bool tensor, checked to broadcast to ``x``'s shape."""
     mask = as_tensor(where)
     if mask.dtype != dtypes.bool_:
         mask = cast(mask, dtypes.bool_)
@@ -118,9 +115,41 @@ def _masked(name: str, x: Tensor, where: Any, fill: Any) -> Tensor:
             f"{name}: the where= mask of shape {describe(mask.shape)} does not broadcast to the "
             f"input's shape {describe(x.shape)}"
         )
+    return mask
+
+
+def _masked(name: str, x: Tensor, where: Any, fill: Any) -> Tensor:
+    """``x`` with the elements outside NumPy's ``where=`` mask replaced by ``fill`` (the
+    reduction's identity or ``initial``), so that reducing it reduces the masked elements."""
+    if where is _UNSET or where is True:
+        return x
+    mask = _mask(name, x, where)
     if tuple(mask.shape) != tuple(x.shape):
         mask = call("Expand", mask, call("Shape", x))
     return call("Where", mask, x, constant(np.asarray(fill).astype(x.dtype)))
+
+
+def _masked_reduce(
+    name: str, ufunc: str, x: Tensor, where: Any, axes: tuple[int, ...] | None, keepdims: bool
+) -> Tensor | None:
+    """NumPy's masked sum or product of floats (``where=``), as NumPy computes it: each run of
+    selected elements reduced apart (kiln.MaskedReduce); None where the mask selects all, or
+    for other dtypes (integers: the masked array reduced whole is exact)."""
+    if where is _UNSET or where is True:
+        return None
+    if (
+        not (dtypes.is_floating(x.dtype) or dtypes.is_complex(x.dtype))
+        or x.dtype == dtypes.bfloat16
+    ):
+        return None
+    return call(
+        "kiln.MaskedReduce",
+        x,
+        _mask(name, x, where),
+        ufunc=ufunc,
+        axes=None if axes is None else list(axes),
+        keepdims=int(keepdims),
+    )
 
 
 def _with_initial(op: str, result: Tensor, initial: Any, supported: frozenset[np.dtype]) -> Tensor:
@@ -299,8 +328,13 @@ def sum(  # noqa: A001 - NumPy's name
     x = as_tensor(a)
     target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
     axes = normalize_axis_arg("sum", axis, x.ndim)
-    x = _masked("sum", cast(x, target), where, 0)
-    total = _in_supported(x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceSum", t, axes, keepdims))
+    x = cast(x, target)
+    total = _masked_reduce("sum", "add", x, where, axes, keepdims)
+    if total is None:
+        x = _masked("sum", x, where, 0)
+        total = _in_supported(
+            x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceSum", t, axes, keepdims)
+        )
     return _with_initial("Add", total, initial, ACCUMULATE_DTYPES)
 
 
@@ -327,8 +361,13 @@ def prod(
     x = as_tensor(a)
     target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
     axes = normalize_axis_arg("prod", axis, x.ndim)
-    x = _masked("prod", cast(x, target), where, 1)
-    total = _in_supported(x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceProd", t, axes, keepdims))
+    x = cast(x, target)
+    total = _masked_reduce("prod", "multiply", x, where, axes, keepdims)
+    if total is None:
+        x = _masked("prod", x, where, 1)
+        total = _in_supported(
+            x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceProd", t, axes, keepdims)
+        )
     return _with_initial("Mul", total, initial, ACCUMULATE_DTYPES)
 
 

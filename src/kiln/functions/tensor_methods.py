@@ -236,29 +236,54 @@ def _deepcopy_protocol(self: Tensor, memo: dict) -> Tensor:
     return copy(self)
 
 
-def _sum(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-    """:func:`kiln.sum` of this tensor."""
-    return reduce.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+def _sum(
+    self: Tensor,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    **options: Any,
+) -> Tensor:
+    """:func:`kiln.sum` of this tensor (``initial=`` and ``where=`` as ``ndarray.sum``)."""
+    return reduce.sum(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **options)
 
 
-def _mean(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-    """:func:`kiln.mean` of this tensor."""
-    return reduce.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+def _mean(
+    self: Tensor,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    **options: Any,
+) -> Tensor:
+    """:func:`kiln.mean` of this tensor (``where=`` as ``ndarray.mean``)."""
+    return reduce.mean(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **options)
 
 
-def _max(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """:func:`kiln.max` of this tensor."""
-    return reduce.max(self, axis=axis, keepdims=keepdims)
+def _max(
+    self: Tensor, axis: Any = None, out: Any = None, keepdims: bool = False, **options: Any
+) -> Tensor:
+    """:func:`kiln.max` of this tensor (``initial=`` and ``where=`` as ``ndarray.max``)."""
+    return reduce.max(self, axis=axis, out=out, keepdims=keepdims, **options)
 
 
-def _min(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """:func:`kiln.min` of this tensor."""
-    return reduce.min(self, axis=axis, keepdims=keepdims)
+def _min(
+    self: Tensor, axis: Any = None, out: Any = None, keepdims: bool = False, **options: Any
+) -> Tensor:
+    """:func:`kiln.min` of this tensor (``initial=`` and ``where=`` as ``ndarray.min``)."""
+    return reduce.min(self, axis=axis, out=out, keepdims=keepdims, **options)
 
 
-def _prod(self: Tensor, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-    """:func:`kiln.prod` of this tensor."""
-    return reduce.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+def _prod(
+    self: Tensor,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    keepdims: bool = False,
+    **options: Any,
+) -> Tensor:
+    """:func:`kiln.prod` of this tensor (``initial=`` and ``where=`` as ``ndarray.prod``)."""
+    return reduce.prod(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **options)
 
 
 def _argmax(self: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:

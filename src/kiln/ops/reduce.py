@@ -48,7 +48,7 @@ from .registry import (
     float_input,
     register,
 )
-from .rules import FLOATS, NUMERIC, normalize_axis, require, require_dtype
+from .rules import FLOATS, NUMERIC, broadcast, normalize_axis, require, require_dtype
 from .sampling import sample_array
 
 __all__ = [
@@ -1152,5 +1152,119 @@ register(
         traits=frozenset({PURE}),
         samples=_topk_samples,
         since_version=11,
+    )
+)
+
+
+# -- kiln.MaskedReduce: a sum or product over the elements a where= mask selects --------------
+
+# NumPy's masked reduction (np.sum(x, where=m)) runs its inner loop on each run of selected
+# elements apart (pairwise within a run, in sequence across runs), so a masked array summed
+# whole rounds differently. The kernel is that reduce itself.
+_MASKED_UFUNCS = {"add": np.add, "multiply": np.multiply}
+_MASKED_IDENTITY = {"add": 0, "multiply": 1}
+_MASKED_EXPANSION = {"add": "ReduceSum", "multiply": "ReduceProd"}
+
+
+def _masked_infer(
+    inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
+) -> list[TensorType]:
+    op = "kiln.MaskedReduce"
+    data = require(op, "data", inputs[0])
+    mask = require(op, "where", inputs[1])
+    require_dtype(op, "data", data, FLOATS | COMPLEX)
+    require_dtype(op, "where", mask, frozenset({dtypes.bool_}))
+    if attrs["ufunc"] not in _MASKED_UFUNCS:
+        raise OpArgumentError(f"{op}: ufunc={attrs['ufunc']!r} is not 'add' or 'multiply'")
+    if broadcast(op, mask.shape, data.shape) != tuple(data.shape):
+        raise OpArgumentError(
+            f"{op}: the where mask of shape {format_shape(mask.shape)} does not broadcast to "
+            f"the data's shape {format_shape(data.shape)}"
+        )
+    rank = len(data.shape)
+    given = attrs["axes"]
+    axes = range(rank) if given is None else [normalize_axis(op, a, rank) for a in given]
+    return [TensorType(data.dtype, reduced_shape(data.shape, tuple(axes), bool(attrs["keepdims"])))]
+
+
+def _masked_kernel(
+    data: np.ndarray, where: np.ndarray, *, ufunc: str, axes: Any, keepdims: int
+) -> np.ndarray:
+    axis = None if axes is None else tuple(axes)
+    reduce = _MASKED_UFUNCS[ufunc].reduce
+    return np.asarray(reduce(data, axis=axis, where=where, keepdims=bool(keepdims)))
+
+
+def _masked_reference(
+    data: np.ndarray, where: np.ndarray, *, ufunc: str, axes: Any, keepdims: int
+) -> np.ndarray:
+    """The masked array's reduction, in complex128/float64: what the selected elements give."""
+    wide = np.complex128 if data.dtype.kind == "c" else np.float64
+    fill = np.asarray(_MASKED_IDENTITY[ufunc], wide)
+    masked = np.where(np.broadcast_to(where, data.shape), data.astype(wide), fill)
+    axis = None if axes is None else tuple(axes)
+    result = _MASKED_UFUNCS[ufunc].reduce(masked, axis=axis, keepdims=bool(keepdims))
+    return np.asarray(result).astype(data.dtype)
+
+
+def _masked_samples() -> list[Sample]:
+    cases = (
+        ((3, 4), (3, 4), "add", (0,), 0, dtypes.float32),
+        ((2, 3, 4), (4,), "add", None, 0, dtypes.float64),
+        ((5, 6), (5, 1), "add", (-1,), 1, dtypes.float32),
+        ((3, 4), (3, 4), "multiply", (1,), 0, dtypes.float64),
+        ((0, 3), (0, 3), "add", (0,), 0, dtypes.float32),
+        ((4,), (4,), "add", None, 1, dtypes.complex64),
+    )
+    out = []
+    for shape, mask_shape, ufunc, axes, keepdims, dt in cases:
+        data = sample_array(shape, dt, -3, 3)
+        mask = sample_array(mask_shape, dtypes.bool_, 0, 1)
+        attrs = {"ufunc": ufunc, "axes": axes, "keepdims": keepdims}
+        name = f"{dt.name}{shape}{ufunc}axes={axes}"
+        rtol = 1e-6 if dt.kind == "c" else None  # the reference sums in complex128
+        out.append(Sample((data, mask), attrs, _masked_reference, name=name, rtol=rtol))
+    return out
+
+
+def _masked_expand(
+    builder: Any, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    """The ONNX form: the masked-out elements set to the identity, then reduced."""
+    data, where = inputs
+    identity = np.asarray(_MASKED_IDENTITY[attrs["ufunc"]], data.dtype)
+    (fill,) = builder.add("Constant", [], {"value": identity})  # nodes: no graph constants
+    (masked,) = builder.add("Where", [where, data, fill])
+    reduce_inputs = [masked]
+    if attrs["axes"] is not None:
+        axes = np.asarray(attrs["axes"], np.int64)
+        reduce_inputs.append(builder.add("Constant", [], {"value": axes})[0])
+    builder.add(
+        _MASKED_EXPANSION[attrs["ufunc"]],
+        reduce_inputs,
+        {"keepdims": attrs["keepdims"]},
+        outputs=[outputs[0]],
+    )
+
+
+register(
+    OpDef(
+        name="MaskedReduce",
+        doc="NumPy's masked reduction, ``np.add.reduce(data, axes, where=where)`` (or "
+        "multiply): the sum or product of the elements the where mask (broadcast to the data) "
+        "selects, each run of selected elements reduced apart as NumPy does.",
+        inputs=(Input("data"), Input("where")),
+        outputs=("reduced",),
+        attrs={
+            "ufunc": Attr("str", "add", "'add' (a sum) or 'multiply' (a product)"),
+            "axes": Attr("ints", None, "the axes reduced; None: every axis"),
+            "keepdims": Attr("int", 0),
+        },
+        infer=_masked_infer,
+        kernel=_masked_kernel,
+        traits=frozenset({REDUCTION, PURE}),
+        samples=_masked_samples,
+        domain="kiln",
+        expand=_masked_expand,
     )
 )
