@@ -23,12 +23,16 @@ exception where NumPy succeeded, or of an unrelated type where NumPy raised); ``
 ``KilnError`` from ``kiln.trace``/``finalize`` on a trace path: a clean refusal); ``kill``
 (the worker process died or ran past ``--timeout`` on that program).
 
-Tolerances (see docs/reliability.md): integers and bools exact; floats within 16 ulp
-(``16 * eps`` relative and absolute) with identical NaN/inf positions and signed zeros; outputs
-of programs that accumulate (sum, mean, prod, cumsum, matmul, dot, tensordot) may be summed in
-another order by an engine, so they get ``64 * eps`` relative and ``64 * eps * scale``
-absolute (``scale``: the largest finite magnitude among the inputs and expected outputs), no
-signed-zero check, and infinities may differ where ``scale`` is within 1e6 of overflow.
+Comparison (see docs/reliability.md): kiln's own paths (``compile``, ``dynamic``,
+``trace:numpy``, ``trace:reference``: :data:`EXACT_PATHS`) must give NumPy's bits (any NaN
+matches any NaN). A forced engine (``trace:jax``, ``trace:onnxruntime``) rounds as its own
+library does, so there integers and bools are exact and floats are within 16 ulp (``16 * eps``
+relative and absolute, at the precision of the program's least precise float input) with
+identical NaN/inf positions and signed zeros; outputs of programs that accumulate (sum, mean,
+prod, cumsum, matmul, dot, tensordot) may be summed in another order by an engine, so they get
+``64 * eps`` relative and ``64 * eps * scale`` absolute (``scale``: the largest finite
+magnitude among the inputs and expected outputs), no signed-zero check, and infinities may
+differ where ``scale`` is within 1e6 of overflow.
 
 Programs run in worker processes (``--jobs``), one program at a time over a pipe; a worker
 that dies or times out is recorded as a ``kill`` for its program and restarted. The table goes
@@ -654,10 +658,24 @@ def as_tuple(value: Any) -> tuple[Any, ...] | None:
     return None
 
 
+# The paths that must give NumPy's very bits: kiln's own plans (compile, dynamic, the NumPy
+# and reference engines through trace), and the automatic engine choice behind compile. A
+# forced jax or onnxruntime engine rounds as its own library does (docs/design.md, "NumPy's
+# bits"): those keep the tolerances, at the precision of the program's least precise float.
+EXACT_PATHS = ("compile", "dynamic", "trace:numpy", "trace:reference")
+
+
 def compare_values(
-    actual: Any, expected: Any, accumulates: bool, scale: float
+    actual: Any,
+    expected: Any,
+    accumulates: bool,
+    scale: float,
+    exact: bool = False,
+    eps_of: np.dtype | None = None,
 ) -> tuple[str, str] | None:
-    """``(kind, detail)`` of the first difference between a result and NumPy's, or None."""
+    """``(kind, detail)`` of the first difference between a result and NumPy's, or None:
+    bit for bit when ``exact``, else within the tolerances (of ``eps_of``'s precision, where
+    given and coarser than the result's)."""
     exp_t, act_t = as_tuple(expected), as_tuple(actual)
     if exp_t is not None or act_t is not None:
         if exp_t is None or act_t is None or len(exp_t) != len(act_t):
@@ -666,7 +684,7 @@ def compare_values(
                 f"result structure {type(actual).__name__} != {type(expected).__name__}",
             )
         for i, (a, e) in enumerate(zip(act_t, exp_t)):
-            diff = compare_values(a, e, accumulates, scale)
+            diff = compare_values(a, e, accumulates, scale, exact, eps_of)
             if diff is not None:
                 return diff[0], f"output {i}: {diff[1]}"
         return None
@@ -680,14 +698,31 @@ def compare_values(
             bad = np.argwhere(a != e)[0].tolist() if a.ndim else []
             return "values", f"at {bad}: {a[tuple(bad)]!r} != NumPy {e[tuple(bad)]!r}"
         return None
-    return compare_floats(a, e, accumulates, scale)
+    if exact:
+        return compare_bits(a, e)
+    return compare_floats(a, e, accumulates, scale, eps_of)
+
+
+def compare_bits(a: np.ndarray, e: np.ndarray) -> tuple[str, str] | None:
+    """The first element whose bits differ (any NaN matches any NaN), or None."""
+    same = (a == e) & (np.signbit(a) == np.signbit(e)) | (np.isnan(a) & np.isnan(e))
+    if same.all():
+        return None
+    idx = tuple(np.argwhere(~same)[0].tolist()) if a.ndim else ()
+    return "bits", f"bits differ at {list(idx)}: {a[idx]!r} vs NumPy {e[idx]!r}"
 
 
 def compare_floats(
-    a: np.ndarray, e: np.ndarray, accumulates: bool, scale: float
+    a: np.ndarray,
+    e: np.ndarray,
+    accumulates: bool,
+    scale: float,
+    eps_of: np.dtype | None = None,
 ) -> tuple[str, str] | None:
     info = np.finfo(e.dtype)
     eps = float(info.eps)
+    if eps_of is not None:
+        eps = max(eps, float(np.finfo(eps_of).eps))
     where = "" if a.ndim == 0 else " at {}"
 
     def at(mask: np.ndarray) -> str:
@@ -826,7 +861,10 @@ def judge(
             )
         return Check(path, step, "internal", "", first_line(got.error))
     scale = magnitude([*given, *leaves(want.value)])
-    diff = compare_values(got.value, want.value, program.accumulates, scale)
+    exact = path in EXACT_PATHS
+    floats = [np.asarray(x).dtype for x in given if np.asarray(x).dtype.kind == "f"]
+    coarsest = max(floats, key=lambda d: np.finfo(d).eps, default=None)
+    diff = compare_values(got.value, want.value, program.accumulates, scale, exact, coarsest)
     if diff is not None:
         return Check(path, step, "mismatch", *diff)
     for i, (after, expected_after) in enumerate(zip(got.inputs_after, want.inputs_after)):

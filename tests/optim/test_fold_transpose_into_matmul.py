@@ -78,3 +78,23 @@ def test_near_misses_are_left_alone(fn, args):
     g = traced(fn, *args)
     out, n = fold_transpose_into_matmul(g)
     assert n == 0 and "Gemm" not in ops(out)
+
+
+def test_an_unused_product_that_may_not_contract_still_raises():
+    # fuzz 34:479: a dead np.matmul(a.T, a.T) over symbolic sizes raises in NumPy when they
+    # differ; folded into a Gemm, the node must still run (and raise) though unused
+    import kiln
+
+    def fn(a):
+        np.matmul(a.T, a.T)
+        return np.ceil(a.T)
+
+    spec = kiln.TensorSpec(("A", "B"), kiln.float64)
+    traced_fn = kiln.trace(fn, signature=[spec])
+    traced_fn.optimize()
+    assert "Gemm" in ops(traced_fn.graph)
+    traced_fn.finalize()
+    square = np.ones((3, 3))
+    np.testing.assert_array_equal(traced_fn.graph.run([square])[0], np.ceil(square.T))
+    with pytest.raises(ValueError, match="mismatch in its core dimension"):
+        traced_fn.graph.run([np.ones((6, 1))])

@@ -404,6 +404,21 @@ register(
 # -- Gemm ----------------------------------------------------------------------------------
 
 
+def _gemm_may_raise(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> bool:
+    """As MatMul's (a Gemm is often a folded MatMul, fuzz 34:479): contracted sizes, or a C
+    whose sizes are not known to broadcast, raise at run time when they do not agree."""
+    a, b = inputs[0], inputs[1]
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return False
+    m, ka = (a.shape[1], a.shape[0]) if attrs.get("transA") else a.shape
+    kb, n = (b.shape[1], b.shape[0]) if attrs.get("transB") else b.shape
+    c = inputs[2] if len(inputs) > 2 else None
+    unsure_c = c is not None and any(cd != 1 and cd != td for cd, td in zip(c.shape[::-1], (n, m)))
+    return bool(ka != kb) or unsure_c
+
+
 def _gemm_infer(inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     a = require("Gemm", "A", inputs[0])
     b = require("Gemm", "B", inputs[1])
@@ -519,6 +534,7 @@ register(
             "transA": Attr("int", 0),
             "transB": Attr("int", 0),
         },
+        raises_on_values=_gemm_may_raise,
         infer=_gemm_infer,
         kernel=_gemm_kernel,
         samples=_gemm_samples,
