@@ -211,3 +211,18 @@ def test_a_view_read_through_a_shape_or_bounds_input_costs_no_copy() -> None:
         _assert_unaliased(outs, [x])
         for got, want in zip(outs, fn(x.copy())):
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_broadcast_output_is_handed_out_writable():
+    # fuzz 35:4979: np.broadcast_to(...).copy(): the optimizer drops the copy of a pure
+    # value, so the plan's output was the read-only broadcast view itself
+    def fn(c):
+        return np.broadcast_to(c.astype(np.int32), (2, 3)).copy()
+
+    c = np.array(-7.5, np.float32)
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        got = compiled(c)
+        assert got.flags.writeable and got.strides == (12, 4)
+        np.testing.assert_array_equal(got, fn(c))
+        got[0, 0] = 1  # its own memory: the next call is unaffected

@@ -583,6 +583,12 @@ def test_a_scalars_power_is_numpys_scalar_math(dtype):
     flags = np.array([True, False])
     for got in _eager_and_replayed(lambda a: a[0] ** 2, flags):
         assert got.dtype == (np.True_**2).dtype  # int64: the scalar's power, not np.square
+    # np.power of the same scalars is the ufunc's array loop, not scalar math (fuzz 35:1018)
+    ufunc = lambda a: np.power(a.max(), a.max())  # noqa: E731
+    cf = kiln.compile(ufunc)
+    for row in rows:
+        want = ufunc(row)
+        assert cf(row).tobytes() == np.asarray(want).tobytes(), (row, cf(row), want)
 
 
 def test_comparisons_with_python_ints_out_of_the_dtypes_range():

@@ -79,6 +79,12 @@ class OutputCopy(NamedTuple):
     distinct: tuple[Value, ...] = ()
 
 
+# Operators whose result may be a read-only view with overlapping elements (Expand is
+# np.broadcast_to): an output computed through one is copied, as NumPy code that returns
+# ``np.broadcast_to(...).copy()`` hands out a writable array (fuzz 35:4979).
+_READ_ONLY_VIEWS = frozenset({"Expand"})
+
+
 def _viewable(node: Any) -> list[Value]:
     """The inputs of ``node`` whose buffers its outputs may view: all but those its operator
     reads only for their values (a Reshape's shape, a Slice's bounds: ``Input.values_only``)."""
@@ -120,6 +126,7 @@ def output_copies(
         ['check', 'keep']
     """
     roots: dict[int, frozenset[int]] = {}
+    read_only: set[int] = set()  # values that may be a broadcast view (np.broadcast_to's)
     external: dict[int, Value] = {}  # inputs and constants, by id
     for v in (*graph.input_values, *(c.value for c in graph.constants)):
         roots[id(v)] = frozenset({id(v)})
@@ -131,14 +138,18 @@ def output_copies(
                 external[id(v)] = v
             mine = frozenset({id(v)})
             roots[id(v)] = mine if constant(v) or allocates(v) else mine | upstream
+            if not allocates(v) and (
+                node.op in _READ_ONLY_VIEWS or any(id(w) in read_only for w in _viewable(node))
+            ):
+                read_only.add(id(v))
     outputs = graph.output_values
     first: dict[int, int] = {}  # value id -> the index of its first occurrence
     for k, v in enumerate(outputs):
         first.setdefault(id(v), k)
     copies: list[OutputCopy] = []
     for k, v in enumerate(outputs):
-        if first[id(v)] != k or id(v) in external:
-            copies.append(OutputCopy("copy"))
+        if first[id(v)] != k or id(v) in external or id(v) in read_only:
+            copies.append(OutputCopy("copy"))  # (a broadcast view: read-only, overlapping)
             continue
         mine = roots[id(v)]
         others = [

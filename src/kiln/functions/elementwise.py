@@ -336,22 +336,38 @@ def power(x: Any, y: Any) -> Tensor:
 pow = power  # noqa: A001 - NumPy 2's name
 
 
+# The dtypes NumPy's scalar ** computes with libm's pow (half precision through float).
+_SCALAR_POW_DTYPES = frozenset({dtypes.float16, dtypes.float32, dtypes.float64})
+
+
+def _zero_d(v: Any) -> bool:
+    """Whether ``v`` is a scalar operand: a 0-d tensor or array, a NumPy or Python number."""
+    if isinstance(v, (Tensor, np.ndarray, np.generic)):
+        return v.ndim == 0
+    return isinstance(v, (bool, int, float))
+
+
 def power_operator(x: Any, y: Any) -> Tensor:
     """``x ** y`` as NumPy's ``ndarray.__pow__`` computes it (``Tensor.__pow__``): for an
     array base and a Python exponent, ``** 2`` is ``np.square`` for every dtype (so
     ``bool ** 2`` is int8, where ``np.power`` gives int64), and on floats ``** -1`` is
     ``np.reciprocal`` and ``** 0.5`` is ``np.sqrt`` (``-0.0 ** 0.5`` is -0.0, not 0.0);
-    anything else is :func:`power`. A 0-d base is what NumPy programs hold as a *scalar*
-    (``np.sum(a)``, ``a[0, 0]``), whose ``**`` is NumPy's scalar math: :func:`power`, with
-    no fast path (``np.True_ ** 2`` is int64, ``np.float32(-0.0) ** 0.5`` is +0.0), whose
-    kernel on two 0-d floats is libm's ``pow``, as NumPy's scalars compute it.
+    anything else is :func:`power`. Two 0-d operands are what NumPy programs hold as
+    *scalars* (``np.sum(a)``, ``a[0, 0]``), whose ``**`` is NumPy's scalar math: no array fast
+    path (``np.True_ ** 2`` is int64, ``np.float32(-0.0) ** 0.5`` is +0.0), and on floats
+    libm's ``pow`` (``kiln.ScalarPow``), not the array loop ``np.power`` runs.
 
     Example:
         >>> import kiln
         >>> (kiln.tensor([True, False]) ** 2).dtype
         dtype('int8')
     """
-    if isinstance(x, (Tensor, np.ndarray)) and x.ndim:
+    if _zero_d(x) and _zero_d(y):
+        (a, b), out = _resolve(np.power, x, y)
+        if out in _SCALAR_POW_DTYPES and a.dtype == b.dtype == out:
+            return call("kiln.ScalarPow", a, b)
+        return power(x, y)
+    if isinstance(x, (Tensor, np.ndarray)):
         floating = dtypes.is_floating(x.dtype) or dtypes.is_complex(x.dtype)
         if type(y) is int and y == 2:
             return square(x)

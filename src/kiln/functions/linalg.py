@@ -377,7 +377,10 @@ def _vector_norm(t: Tensor, ord: float, axes: tuple[int, ...] | None, keepdims: 
         return _reduce_axes("ReduceL1", t, axes, keepdims)
     powered = call("Pow", magnitude, constant(np.asarray(ord, dtype=t.dtype)))
     total = reduce.sum(powered, axis=axes, keepdims=keepdims)
-    return call("Pow", total, constant(np.reciprocal(np.asarray(ord, dtype=t.dtype))))
+    root = constant(np.reciprocal(np.asarray(ord, dtype=t.dtype)))
+    # NumPy's ``ret **= 1/ord``: on the scalar of a whole reduction, the scalar's power
+    scalar = total.ndim == 0 and total.dtype in (dtypes.float16, dtypes.float32, dtypes.float64)
+    return call("kiln.ScalarPow" if scalar else "Pow", total, root)
 
 
 def _matrix_axis(axis: Any, ndim: int) -> int:

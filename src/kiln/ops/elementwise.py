@@ -373,18 +373,8 @@ def _mod_kernel(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
     return np.fmod(a, b) if fmod else np.remainder(a, b)
 
 
-def _scalar_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """A float raised to a power where both are 0-d: NumPy's *scalar* math, which a NumPy
-    program reaches with ``np.sum(a) ** 1.7`` (a reduction gives a scalar): libm's ``pow``,
-    where the array loop may be a vectorized approximation (an ulp apart in about one case
-    in 25, and ``(-inf) ** 0.5`` is inf, not the loop's NaN)."""
-    return np.asarray(x[()] ** y[()])
-
-
 def _pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = x.dtype
-    if x.ndim == 0 and y.ndim == 0 and y.dtype == out and out in _NATIVE_FLOATS_HALF:
-        return _scalar_pow(x, y)
     if out.kind == "c":  # NumPy's complex loop, in the base's dtype
         return np.power(x, y.astype(out, copy=False))
     if dtypes.is_floating(out):
@@ -439,18 +429,6 @@ def _two_input_ufunc(
         return call
 
     return fast
-
-
-_power_loop = _two_input_ufunc(np.power, _NATIVE_FLOATS_HALF)
-
-
-def _pow_fast(
-    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
-) -> KernelCall | None:
-    """``np.power`` itself, except on two 0-d floats: NumPy's scalar math (see _scalar_pow)."""
-    if len(inputs) == 2 and all(v is not None and not v.shape for v in inputs):
-        return None
-    return _power_loop(inputs, outputs, attrs)
 
 
 def _relu_fast(
@@ -1778,7 +1756,7 @@ register(
         traits=frozenset({ELEMENTWISE, PURE}),
         samples=_pow_samples,
         cost=6,
-        fast_kernel=_pow_fast,
+        fast_kernel=_two_input_ufunc(np.power, _NATIVE_FLOATS_HALF),
         raises_on_values=_pow_raises,
         engine_limits=float64_differs(
             {
@@ -1793,6 +1771,68 @@ register(
             },
             **FLOAT64_ULPS["Pow"],
         ),
+    )
+)
+
+
+# -- kiln.ScalarPow: ``s ** p`` of NumPy scalars -------------------------------------------------
+
+
+def _scalar_pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """NumPy's *scalar* power, per element: ``x[()] ** y[()]`` is libm's ``pow`` (the array
+    loop may be a vectorized approximation, an ulp apart in about one case in 25, and takes
+    fast paths such as ``sqrt`` for ``** 0.5``: ``(-inf) ** 0.5`` is inf here, NaN there).
+    Batched by the loop vectorizer, each element still takes the scalar's path."""
+    if x.ndim == 0 and y.ndim == 0:
+        return np.asarray(x[()] ** y[()])
+    xs, ys = np.broadcast_arrays(x, y)
+    out = np.empty(xs.shape, x.dtype)
+    for index in np.ndindex(xs.shape):
+        out[index] = xs[index] ** ys[index]
+    return out
+
+
+def _scalar_pow_infer(
+    inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
+) -> list[TensorType]:
+    x = require("kiln.ScalarPow", "X", inputs[0])
+    y = require("kiln.ScalarPow", "Y", inputs[1])
+    require_dtype("kiln.ScalarPow", "X", x, _NATIVE_FLOATS_HALF)
+    require_same_dtype("kiln.ScalarPow", (x, y), ("X", "Y"))
+    return [TensorType(x.dtype, broadcast("kiln.ScalarPow", x.shape, y.shape))]
+
+
+def _scalar_pow_samples() -> list[Sample]:
+    out = []
+    for dt in (dtypes.float32, dtypes.float64, dtypes.float16):
+        for shape in ((), (5,)):
+            x = np.abs(sample_array(shape, dt, 0.5, 3.0))
+            y = np.asarray(sample_array(shape, dt, -2.0, 2.0))
+            reference = _pointwise(lambda a, b: a**b)
+            out.append(Sample((np.asarray(x), y), {}, reference, name=f"{dt.name}{shape}"))
+    return out
+
+
+def _scalar_pow_expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    builder.add("Pow", list(inputs), {}, outputs=[outputs[0]])
+
+
+register(
+    OpDef(
+        name="ScalarPow",
+        doc="``x ** y`` as NumPy computes it for scalars (libm's pow per element; the ``**`` "
+        "of a NumPy scalar such as ``np.sum(a) ** 1.7``); ONNX: Pow.",
+        inputs=(Input("X"), Input("Y")),
+        outputs=("Z",),
+        infer=_scalar_pow_infer,
+        kernel=_scalar_pow_kernel,
+        samples=_scalar_pow_samples,
+        domain="kiln",
+        expand=_scalar_pow_expand,
+        cost=8,
+        batch=batching.elementwise,
     )
 )
 
