@@ -130,7 +130,9 @@ def bench(w: Workload, quick: bool, jaxmods: Any, torch: Any) -> dict[str, Any]:
     ):
         try:
             traced = kiln.trace(w.kiln_fn, *xs)
-            traced.optimize()
+            # jax and onnxruntime forced: on jax.jit's terms (XLA's fused multiply-adds)
+            reassociate = engine != "numpy"
+            traced.optimize(defaults=DefaultsOptions(allow_reassociation=reassociate))
             traced.finalize(engine)
             traced(*xs)
             sec[column] = _time(lambda traced=traced: traced(*xs), quick)

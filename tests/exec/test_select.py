@@ -125,6 +125,13 @@ def test_xla_multiply_add_contraction_keeps_jax_out() -> None:
     assert "fused multiply-add" in rounding_differs(negated, "jax")
     separate = _graph(lambda x: (x + 1.0) * 3.0, _X)  # an add feeding a multiply: no fma
     assert rounding_differs(separate, "jax") is None
+    # forced, jax refuses it too (an overflow NumPy turns into nan stays inf in an fma),
+    # unless the graph opted into reassociation
+    with pytest.raises(kiln.UnsupportedOperationError, match="node 'mul.*fused multiply-add"):
+        negated.finalize("jax")
+    relaxed = _graph(lambda x: 1.0 - x * 3.0, _X, reassociate=True)
+    relaxed.finalize("jax")
+    np.testing.assert_allclose(relaxed.run([_X])[0], 1.0 - _X * 3.0, rtol=1e-6, atol=1e-6)
 
 
 def test_bit_exact_records_are_the_correctly_rounded_operators() -> None:

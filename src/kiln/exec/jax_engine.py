@@ -124,13 +124,13 @@ def contracts(graph: ModelGraph) -> str | None:
         multiplies = node.op in _MULTIPLIES or bool(steps & _MULTIPLIES)
         fed = next((products[id(v)] for v in node.inputs if id(v) in products), None)
         if (node.op in _ADDS or steps & _ADDS) and (fed or (steps & _MULTIPLIES)):
-            maker = fed or f"{node.name!r}"
+            maker = fed or f"node {node.name!r}"
             return (
                 f"XLA contracts a multiplication and an addition into one fused multiply-add "
-                f"(rounded once, NumPy rounds twice): {maker} into {node.name!r} ({node.op})"
+                f"(rounded once, NumPy rounds twice): {maker} into node {node.name!r} ({node.op})"
             )
         if multiplies:
-            products.update((id(v), f"{node.name!r} ({node.op})") for v in node.outputs)
+            products.update((id(v), f"node {node.name!r} ({node.op})") for v in node.outputs)
         elif fed and (node.op in _TRANSPARENT or get_op(node.op).has(LAYOUT)):
             products.update((id(v), fed) for v in node.outputs)
     return None
@@ -1056,6 +1056,16 @@ class JaxPlan(Plan):
             raise UnsupportedOperationError(
                 f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
                 f"{'; '.join(missing)}. Use engine='numpy' (or engine=None to let kiln choose)"
+            )
+        contraction = None if graph.reassociation_allowed else contracts(graph)
+        if contraction is not None:
+            # not only rounding: an overflowing product kept exact turns NumPy's
+            # inf - inf = nan into inf, and cancelling products can be far off (SPEC 5b)
+            raise UnsupportedOperationError(
+                f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
+                f"{contraction}. Use engine='numpy' (or engine=None to let kiln choose), or "
+                "optimize with DefaultsOptions(allow_reassociation=True) to accept XLA's "
+                "fused multiply-adds"
             )
         for c in graph.constants:
             if has_subnormal(c.data):
