@@ -591,6 +591,17 @@ def test_a_scalars_power_is_numpys_scalar_math(dtype):
         assert cf(row).tobytes() == np.asarray(want).tobytes(), (row, cf(row), want)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: kiln treats every 0-d value as a NumPy scalar, whose ** is libm's pow; "
+    "a genuine 0-d ndarray's ** is NumPy's array loop (fuzz 36:1874, docs/reliability.md)",
+)
+def test_a_zero_d_arrays_power_is_the_array_loop():
+    f = lambda b: 7 ** b.T  # noqa: E731 - b.T of a 0-d array is a 0-d array, not a scalar
+    b = np.array(-1.65, np.float32)
+    assert kiln.compile(f)(b).tobytes() == np.asarray(f(b)).tobytes()
+
+
 def test_comparisons_with_python_ints_out_of_the_dtypes_range():
     x = np.array([0, 5, 255], np.uint8)
     fns = [
