@@ -152,6 +152,23 @@ def _masked_reduce(
     )
 
 
+# sum and prod: NumPy's ufunc for a masked float reduction, the reduction operator, the
+# identity the masked-out elements take otherwise.
+_ACCUMULATIONS = {"sum": ("add", "ReduceSum", 0), "prod": ("multiply", "ReduceProd", 1)}
+
+
+def _accumulate(
+    name: str, x: Tensor, axes: tuple[int, ...] | None, keepdims: bool, where: Any
+) -> Tensor:
+    """``x`` summed (``name`` "sum") or multiplied over ``axes``, within the ``where=`` mask."""
+    ufunc, op, identity = _ACCUMULATIONS[name]
+    total = _masked_reduce(name, ufunc, x, where, axes, keepdims)
+    if total is not None:
+        return total
+    x = _masked(name, x, where, identity)
+    return _in_supported(x, ACCUMULATE_DTYPES, lambda t: _reduce(op, t, axes, keepdims))
+
+
 def _with_initial(op: str, result: Tensor, initial: Any, supported: frozenset[np.dtype]) -> Tensor:
     """``op(result, initial)``: NumPy's ``initial=`` joining a reduction's result."""
     if initial is _UNSET:
@@ -328,13 +345,7 @@ def sum(  # noqa: A001 - NumPy's name
     x = as_tensor(a)
     target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
     axes = normalize_axis_arg("sum", axis, x.ndim)
-    x = cast(x, target)
-    total = _masked_reduce("sum", "add", x, where, axes, keepdims)
-    if total is None:
-        x = _masked("sum", x, where, 0)
-        total = _in_supported(
-            x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceSum", t, axes, keepdims)
-        )
+    total = _accumulate("sum", cast(x, target), axes, keepdims, where)
     return _with_initial("Add", total, initial, ACCUMULATE_DTYPES)
 
 
@@ -361,13 +372,7 @@ def prod(
     x = as_tensor(a)
     target = dtypes.as_dtype(dtype) if dtype is not None else _accumulator(x.dtype)
     axes = normalize_axis_arg("prod", axis, x.ndim)
-    x = cast(x, target)
-    total = _masked_reduce("prod", "multiply", x, where, axes, keepdims)
-    if total is None:
-        x = _masked("prod", x, where, 1)
-        total = _in_supported(
-            x, ACCUMULATE_DTYPES, lambda t: _reduce("ReduceProd", t, axes, keepdims)
-        )
+    total = _accumulate("prod", cast(x, target), axes, keepdims, where)
     return _with_initial("Mul", total, initial, ACCUMULATE_DTYPES)
 
 
