@@ -123,6 +123,11 @@ def test_xla_multiply_add_contraction_keeps_jax_out() -> None:
     np.testing.assert_array_equal(graph.run([x, a, b])[0], fn(x, a, b))  # zeros
     negated = _graph(lambda x: 1.0 - x * 3.0, _X)  # through a subtraction, too
     assert "fused multiply-add" in rounding_differs(negated, "jax")
+    from kiln.optim.fuse_elementwise import fuse_elementwise_regions
+
+    fused, _ = fuse_elementwise_regions(kiln.trace(lambda x: x * 2.0 + 1.0, _X).graph, 1)
+    assert [n.op for n in fused.nodes] == ["kiln.FusedElementwise"]
+    assert "fused multiply-add" in rounding_differs(fused, "jax")  # inside one fused node
     separate = _graph(lambda x: (x + 1.0) * 3.0, _X)  # an add feeding a multiply: no fma
     assert rounding_differs(separate, "jax") is None
     # forced, jax refuses it too (an overflow NumPy turns into nan stays inf in an fma),

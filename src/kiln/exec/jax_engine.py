@@ -57,6 +57,7 @@ from ..errors import DeviceUnavailableError, EngineError, KilnError, Unsupported
 from ..ir.builder import expand_node
 from ..ops.control import subgraph_attrs
 from ..ops.dispatch import as_outputs
+from ..ops.fused import parse_program
 from ..ops.registry import ELEMENTWISE, LAYOUT, get_op
 from .inputs import InputChecker
 from .plan import Plan
@@ -120,7 +121,10 @@ def contracts(graph: ModelGraph) -> str | None:
     for node in graph.nodes:
         if not any(v.dtype.kind == "f" or v.dtype.name == "bfloat16" for v in node.outputs):
             continue
-        steps = {step.split("(", 1)[0] for step in node.attrs.get("program", ())}
+        steps: set[str] = set()
+        if node.op == "kiln.FusedElementwise":
+            program = tuple(node.attrs["program"])
+            steps = {step.op for step in parse_program(program, len(node.inputs))}
         multiplies = node.op in _MULTIPLIES or bool(steps & _MULTIPLIES)
         fed = next((products[id(v)] for v in node.inputs if id(v) in products), None)
         if (node.op in _ADDS or steps & _ADDS) and (fed or (steps & _MULTIPLIES)):

@@ -357,7 +357,7 @@ def candidates(
     each other installed one may not: its rounding differs (:func:`rounding_differs`), unless
     the graph was optimized allowing reassociation (``ModelGraph.reassociation_allowed``).
     Cheap (it reads the graph, builds nothing)."""
-    allowed = bool(getattr(graph, "reassociation_allowed", False))
+    allowed = graph.reassociation_allowed
     kept: list[str] = []
     refused: dict[str, str] = {}
     for engine in engines:
@@ -392,7 +392,7 @@ def choose(
     work, not_measured = measurable(graph)
     selection: dict[str, Any] = {"work": work, "chosen": "numpy"}
     engines, refused = candidates(graph, engines)
-    bitwise = not getattr(graph, "reassociation_allowed", False)
+    bitwise = not graph.reassociation_allowed
     if not engines and not not_measured:
         not_measured = "no other engine qualified" if refused else "no other engine installed"
         if refused:
