@@ -1162,76 +1162,14 @@ def isfinite(x: Any) -> Tensor:
     return call("Not", call("Or", call("IsNaN", a), call("IsInf", a)))
 
 
-# glibc's hypot (e_hypot.c, Borges' "MyHypot3" without FMA), which NumPy's float64 loop calls:
-# the scaling thresholds and the one correction step, so that results are bit-identical.
-_HYPOT_SCALE = 2.0**-600
-_HYPOT_LARGE = 2.0**511
-_HYPOT_TINY = 2.0**-459
-_HYPOT_EPS = 2.0**-54
-
-
-def _hypot_kernel(ax: Tensor, ay: Tensor) -> Tensor:
-    """glibc's kernel for ``ax >= ay >= 0`` (scaled): ``sqrt(ax*ax + ay*ay)`` corrected by
-    the rounding error of the squares, each operation rounded on its own."""
-
-    def k(v: float) -> Tensor:
-        return _scalar(v, ax)
-
-    h = call("Sqrt", call("Add", call("Mul", ax, ax), call("Mul", ay, ay)))
-    near = call("LessOrEqual", h, call("Mul", k(2.0), ay))
-    # h <= 2 ay: delta = h - ay; t1 = ax (2 delta - ax); t2 = (delta - 2 (ax - ay)) delta
-    d1 = call("Sub", h, ay)
-    t1a = call("Mul", ax, call("Sub", call("Mul", k(2.0), d1), ax))
-    t2a = call("Mul", call("Sub", d1, call("Mul", k(2.0), call("Sub", ax, ay))), d1)
-    # else: delta = h - ax; t1 = 2 delta (ax - 2 ay); t2 = (4 delta - ay) ay + delta delta
-    d2 = call("Sub", h, ax)
-    t1b = call("Mul", call("Mul", k(2.0), d2), call("Sub", ax, call("Mul", k(2.0), ay)))
-    t2b = call(
-        "Add",
-        call("Mul", call("Sub", call("Mul", k(4.0), d2), ay), ay),
-        call("Mul", d2, d2),
-    )
-    t = call("Add", call("Where", near, t1a, t1b), call("Where", near, t2a, t2b))
-    return call("Sub", h, call("Div", t, call("Mul", k(2.0), h)))
-
-
-def _hypot64(x: Tensor, y: Tensor) -> Tensor:
-    def k(v: float) -> Tensor:
-        return _scalar(v, x)
-
-    ax0, ay0 = call("Abs", x), call("Abs", y)
-    ax, ay = call("Max", ax0, ay0), call("Min", ax0, ay0)
-    big = call("Greater", ax, k(_HYPOT_LARGE))
-    tiny = call("And", call("Not", big), call("Less", ay, k(_HYPOT_TINY)))
-    # Scale by powers of two (exact): down when ax is huge, up when ay is tiny.
-    up = call("Where", big, k(_HYPOT_SCALE), call("Where", tiny, k(1 / _HYPOT_SCALE), k(1.0)))
-    back = call("Where", big, k(1 / _HYPOT_SCALE), call("Where", tiny, k(_HYPOT_SCALE), k(1.0)))
-    scaled = call("Mul", _hypot_kernel(call("Mul", ax, up), call("Mul", ay, up)), back)
-    # ay too small to matter: ax + ay (the tiny branch compares ax >= ay / EPS).
-    negligible = call(
-        "Or",
-        call("And", tiny, call("GreaterOrEqual", ax, call("Div", ay, k(_HYPOT_EPS)))),
-        call(
-            "And",
-            call("Not", tiny),
-            call("LessOrEqual", ay, call("Mul", ax, k(_HYPOT_EPS))),
-        ),
-    )
-    finite = call("Where", negligible, call("Add", ax, ay), scaled)
-    # Not finite: inf if either is infinite (even with a NaN), else NaN (x + y).
-    infinite = call("Or", call("IsInf", x), call("IsInf", y))
-    nan = call("Or", call("IsNaN", x), call("IsNaN", y))
-    return call("Where", infinite, k(math.inf), call("Where", nan, call("Add", x, y), finite))
-
-
 @implements(np.hypot)
 @eager_plan(2)
 def hypot(x: Any, y: Any) -> Tensor:
-    """``sqrt(x**2 + y**2)`` without overflow or underflow, bit-identical to NumPy's
-    ``np.hypot`` on glibc: float64 follows glibc's algorithm (``hypot`` in ``e_hypot.c``),
-    float32 and float16 compute ``sqrt`` of the float64 squares and round, as glibc's
-    ``hypotf`` and NumPy's half loop do. (Other C libraries' ``hypot`` may differ from it in
-    the last bit.)
+    """``sqrt(x**2 + y**2)`` without overflow or underflow: NumPy's own ``np.hypot`` loop
+    (operator ``kiln.Hypot``). Its ONNX form, which engines and exported models run, follows
+    glibc's algorithm (``hypot`` in ``e_hypot.c``) for float64 and rounds the float64 root
+    once for narrower floats, as glibc's ``hypotf`` and NumPy's half loop do; other C
+    libraries' ``hypot`` may differ from it in the last bit.
 
     Example:
         >>> import kiln
@@ -1241,15 +1179,7 @@ def hypot(x: Any, y: Any) -> Tensor:
     (a, b), out = _resolve(np.hypot, x, y, name="hypot")
     if not dtypes.is_floating(out):
         raise OpTypeError(f"hypot: no {out} loop in kiln")
-    if out == dtypes.float64:
-        return _hypot64(a, b)
-    # float32 (glibc's hypotf) and half (through the float loop): the float64 square root of
-    # the exact float64 squares' sum, rounded to float32, then to the result's dtype.
-    a64, b64 = cast(a, dtypes.float64), cast(b, dtypes.float64)
-    root = call("Sqrt", call("Add", call("Mul", a64, a64), call("Mul", b64, b64)))
-    infinite = call("Or", call("IsInf", a64), call("IsInf", b64))
-    root = call("Where", infinite, _scalar(math.inf, root), root)
-    return cast(cast(root, dtypes.float32), out)
+    return call("kiln.Hypot", a, b)
 
 
 # -- where, clip, astype -------------------------------------------------------------------

@@ -621,12 +621,16 @@ def binary(
     extra_samples: Callable[[], list[Sample]] | None = None,
     fast_kernel: NodeRule[KernelCall | None] | None = None,
     engine_limits: Mapping[str, EngineLimit] | None = None,
+    cost: float = 1,
+    domain: str = "",
+    expand: ExpandFn | None = None,
 ) -> OpDef:
     """Register a two-input elementwise operator with NumPy broadcasting and one shared dtype.
 
     ``value_fn(a, b, **attrs)`` computes one output element for known integer contents;
     ``check(a_type, attrs)`` validates what the dtype rule alone cannot (Mod's ``fmod``);
-    ``fast_kernel`` is the record's field (see :class:`~kiln.ops.registry.OpDef`).
+    ``fast_kernel``, ``cost``, ``domain`` and ``expand`` are the record's fields of those names
+    (see :class:`~kiln.ops.registry.OpDef`).
     """
     allowed = frozenset(allowed)
 
@@ -664,8 +668,11 @@ def binary(
             kernel=kernel,
             traits=frozenset(traits),
             samples=samples,
+            cost=cost,
             fast_kernel=fast_kernel,
             engine_limits=engine_limits or {},
+            domain=domain,
+            expand=expand,
         )
     )
 
@@ -1627,6 +1634,112 @@ binary(
         attrs=({"fmod": 1},),  # float fmod=0 (Mod-28): tests/ops/test_elementwise.py
     ),
     engine_limits=_ORT_INT_DIVISION,
+)
+
+
+# -- hypot ---------------------------------------------------------------------------------
+#
+# NumPy's float64 hypot is the C library's; its ONNX form below follows glibc's (e_hypot.c,
+# Borges' "MyHypot3" without FMA): the scaling thresholds and the one correction step, each
+# operation rounded on its own, so that an engine running it gives glibc's bits.
+_HYPOT_SCALE = 2.0**-600
+_HYPOT_LARGE = 2.0**511
+_HYPOT_TINY = 2.0**-459
+_HYPOT_EPS = 2.0**-54
+
+
+class _Emitter:
+    """Adds one ONNX node per call to an ``expand`` hook's builder, so that a long formula
+    reads as the math: ``op("Add", a, b)``, ``k(2.0)`` a constant of ``like``'s dtype."""
+
+    def __init__(self, builder: NodeBuilder, like: Any) -> None:
+        self._builder = builder
+        self._like = like
+
+    def __call__(self, op: str, *inputs: Any) -> Any:
+        return self._builder.add(op, list(inputs))[0]
+
+    def k(self, value: float) -> Any:
+        return _constant(self._builder, value, self._like)
+
+
+def _hypot_kernel_form(op: _Emitter, ax: Any, ay: Any) -> Any:
+    """glibc's kernel for ``ax >= ay >= 0`` (scaled): ``sqrt(ax*ax + ay*ay)`` corrected by
+    the rounding error of the squares."""
+    k = op.k
+    h = op("Sqrt", op("Add", op("Mul", ax, ax), op("Mul", ay, ay)))
+    near = op("LessOrEqual", h, op("Mul", k(2.0), ay))
+    # h <= 2 ay: delta = h - ay; t1 = ax (2 delta - ax); t2 = (delta - 2 (ax - ay)) delta
+    d1 = op("Sub", h, ay)
+    t1a = op("Mul", ax, op("Sub", op("Mul", k(2.0), d1), ax))
+    t2a = op("Mul", op("Sub", d1, op("Mul", k(2.0), op("Sub", ax, ay))), d1)
+    # else: delta = h - ax; t1 = 2 delta (ax - 2 ay); t2 = (4 delta - ay) ay + delta delta
+    d2 = op("Sub", h, ax)
+    t1b = op("Mul", op("Mul", k(2.0), d2), op("Sub", ax, op("Mul", k(2.0), ay)))
+    t2b = op("Add", op("Mul", op("Sub", op("Mul", k(4.0), d2), ay), ay), op("Mul", d2, d2))
+    t = op("Add", op("Where", near, t1a, t1b), op("Where", near, t2a, t2b))
+    return op("Sub", h, op("Div", t, op("Mul", k(2.0), h)))
+
+
+def _hypot64_form(op: _Emitter, x: Any, y: Any) -> Any:
+    k = op.k
+    ax0, ay0 = op("Abs", x), op("Abs", y)
+    ax, ay = op("Max", ax0, ay0), op("Min", ax0, ay0)
+    big = op("Greater", ax, k(_HYPOT_LARGE))
+    tiny = op("And", op("Not", big), op("Less", ay, k(_HYPOT_TINY)))
+    # Scale by powers of two (exact): down when ax is huge, up when ay is tiny.
+    up = op("Where", big, k(_HYPOT_SCALE), op("Where", tiny, k(1 / _HYPOT_SCALE), k(1.0)))
+    back = op("Where", big, k(1 / _HYPOT_SCALE), op("Where", tiny, k(_HYPOT_SCALE), k(1.0)))
+    scaled = op("Mul", _hypot_kernel_form(op, op("Mul", ax, up), op("Mul", ay, up)), back)
+    # ay too small to matter: ax + ay (the tiny branch compares ax >= ay / EPS).
+    negligible = op(
+        "Or",
+        op("And", tiny, op("GreaterOrEqual", ax, op("Div", ay, k(_HYPOT_EPS)))),
+        op("And", op("Not", tiny), op("LessOrEqual", ay, op("Mul", ax, k(_HYPOT_EPS)))),
+    )
+    finite = op("Where", negligible, op("Add", ax, ay), scaled)
+    # Not finite: inf if either is infinite (even with a NaN), else NaN (x + y).
+    infinite = op("Or", op("IsInf", x), op("IsInf", y))
+    nan = op("Or", op("IsNaN", x), op("IsNaN", y))
+    return op("Where", infinite, k(math.inf), op("Where", nan, op("Add", x, y), finite))
+
+
+def _hypot_expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    """float64: glibc's algorithm. float32 (glibc's hypotf) and half precision (through the
+    float loop): the float64 square root of the exact float64 squares' sum, rounded to
+    float32, then to the output's dtype."""
+    x, y = inputs
+    dtype = x.dtype
+    if dtype != dtypes.float64:
+        to64 = {"to": onnx_dtype_code(dtypes.float64)}
+        (x,) = builder.add("Cast", [x], to64)
+        (y,) = builder.add("Cast", [y], to64)
+    op = _Emitter(builder, x)
+    if dtype == dtypes.float64:
+        builder.add("Identity", [_hypot64_form(op, x, y)], outputs=[outputs[0]])
+        return
+    root = op("Sqrt", op("Add", op("Mul", x, x), op("Mul", y, y)))
+    root = op("Where", op("Or", op("IsInf", x), op("IsInf", y)), op.k(math.inf), root)
+    (single,) = builder.add("Cast", [root], {"to": onnx_dtype_code(dtypes.float32)})
+    _narrowed(builder, single, dtype, outputs[0])
+
+
+binary(
+    "Hypot",
+    "sqrt(a**2 + b**2) without overflow or underflow (NumPy's hypot, the C library's; ONNX "
+    "form: glibc's algorithm for float64, float64 arithmetic rounded once for narrower "
+    "floats).",
+    np.hypot,
+    FLOATS,
+    sample_dtypes=(dtypes.float32, dtypes.float64, dtypes.float16),
+    reference=_pointwise(math.hypot),
+    commutative=True,
+    fast_kernel=_two_input_ufunc(np.hypot, _NATIVE_FLOATS_HALF),
+    cost=4,
+    domain="kiln",
+    expand=_hypot_expand,
 )
 
 
