@@ -217,3 +217,37 @@ def _column_update(x, value):
     d = x[:, None] * np.array([1.0, 2.0, 3.0])  # a buffer of the run's own
     d[:, 1] = value(d)
     return d
+
+
+def _numpy_softmax(x, axis, log):
+    e = x - x.max(axis=axis, keepdims=True)
+    if log:
+        return e - np.log(np.exp(e).sum(axis=axis, keepdims=True))
+    e = np.exp(e)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize(
+    "shape, axis", [((400, 33), 1), ((50, 6, 70), 0), ((3, 0), 0), ((0, 5), 1)]
+)
+def test_softmax_writes_into_a_dead_input_buffer(dtype, log, shape, axis):
+    x = (np.random.default_rng(3).standard_normal(shape) * 20).astype(dtype)
+    if x.size:
+        x.flat[0] = np.nan  # its row or column is NaN, as in NumPy
+
+    def softmax(x):  # NumPy code (fused to one Softmax), or kiln.nn's LogSoftmax
+        if log and isinstance(x, kiln.Tensor):
+            return kiln.nn.log_softmax(x * 2, axis=axis)
+        return _numpy_softmax(x * 2, axis, log)
+
+    plan = _plan(softmax, x)
+    assert [n.op for n in plan.graph.nodes] == ["Mul", "LogSoftmax" if log else "Softmax"]
+    if x.size:  # (a large buffer, the only one in use)
+        assert re.search(r"k\d+\((v\d+), axis=k\d+, log=k\d+, out=\1\)", plan.source), plan.source
+    with np.errstate(invalid="ignore"):
+        want = softmax(x)
+    (got,) = plan.run_arrays([x.copy()])
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype and got.shape == want.shape

@@ -62,6 +62,17 @@ def returns_the_input(x):  # the new contents are a result too: donated, the res
     return x
 
 
+def softmax_rows(x):  # one Softmax node, which takes out= (the caller's array)
+    x -= x.max(axis=1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=1, keepdims=True)
+
+
+def log_softmax_columns(x):  # one LogSoftmax node over axis 0
+    x -= x.max(axis=0, keepdims=True)
+    x -= np.log(np.exp(x).sum(axis=0, keepdims=True))
+
+
 CASES: list[tuple[Callable[..., Any], Callable[[], tuple], bool]] = [
     (standardize, lambda: (RNG.standard_normal((40, 3)),), True),
     (sgd_rows, lambda: (RNG.standard_normal((9, 3)), np.array([1, -2, 1]), np.ones((3, 3))), True),
@@ -76,6 +87,8 @@ CASES: list[tuple[Callable[..., Any], Callable[[], tuple], bool]] = [
     (read_after, lambda: (RNG.standard_normal(6).astype(np.float32),), False),
     (raises_after, lambda: (np.arange(4.0), np.arange(1, 4, dtype=np.int64)), False),
     (returns_the_input, lambda: (np.arange(5, dtype=np.int32),), True),
+    (softmax_rows, lambda: ((RNG.standard_normal((7, 9)) * 30).astype(np.float32),), True),
+    (log_softmax_columns, lambda: (RNG.standard_normal((7, 9)) * 30,), True),
 ]
 
 

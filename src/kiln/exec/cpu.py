@@ -990,12 +990,12 @@ class _PlanWriter:
     def _reuse_target(self, node: Node, index: int, call: KernelCall) -> Value | None:
         """The input whose buffer ``node`` may overwrite with its result, or None.
 
-        Allowed when the node is an elementwise ufunc whose output has the buffer's dtype and
-        shape, the buffer was allocated by this run (``fresh``: no view of an input or
-        constant) or lent to it (a donated input, at any size), this node is its last reader,
-        it is not a graph output, and every reader of it is a step that returns no view (so
-        no view of it survives elsewhere)."""
-        if call.ufunc is None or len(node.outputs) != 1:
+        Allowed when the node is an elementwise ufunc (or a call that ``takes_out``) whose
+        output has the buffer's dtype and shape, the buffer was allocated by this run
+        (``fresh``: no view of an input or constant) or lent to it (a donated input, at any
+        size), this node is its last reader, it is not a graph output, and every reader of it
+        is a step that returns no view (so no view of it survives elsewhere)."""
+        if (call.ufunc is None and not call.takes_out) or len(node.outputs) != 1:
             return None
         out = node.outputs[0]
         if not out.shape:

@@ -30,6 +30,8 @@ from .registry import (
     Attr,
     EngineLimit,
     Input,
+    KernelCall,
+    NodeRule,
     OpDef,
     Sample,
     TensorType,
@@ -133,18 +135,57 @@ def _softmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
     (work,) = _floats(x)
     if x.shape[axis] == 0:
         return np.empty(x.shape, x.dtype)
-    shifted = work - work.max(axis=axis, keepdims=True)  # exp never overflows
-    e = np.exp(shifted)
-    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype, copy=False)
+    # One buffer, as NumPy code writing its steps in place: exp never overflows.
+    e = np.subtract(work, work.max(axis=axis, keepdims=True))
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e.astype(x.dtype, copy=False)
 
 
 def _log_softmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
     (work,) = _floats(x)
     if x.shape[axis] == 0:
         return np.empty(x.shape, x.dtype)
-    shifted = work - work.max(axis=axis, keepdims=True)
+    shifted = np.subtract(work, work.max(axis=axis, keepdims=True))
     lse = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
-    return (shifted - lse).astype(x.dtype, copy=False)
+    shifted -= lse
+    return shifted.astype(x.dtype, copy=False)
+
+
+def _softmax_into(
+    x: np.ndarray, *, axis: int, log: bool, out: np.ndarray | None = None
+) -> np.ndarray:
+    """(Log)softmax of a float32/float64 ``x`` written into ``out`` (which may be ``x``
+    itself): the kernels' steps, in one buffer."""
+    if out is None:
+        return (_log_softmax_kernel if log else _softmax_kernel)(x, axis=axis)
+    if x.shape[axis] == 0:
+        return out
+    np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+    if log:
+        out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
+    else:
+        np.exp(out, out=out)
+        out /= out.sum(axis=axis, keepdims=True)
+    return out
+
+
+def _softmax_fast(log: bool) -> NodeRule[KernelCall | None]:
+    """Where the input's dtype is the one the kernel computes in: the kernel may write into a
+    buffer the plan hands it (a dead input, or the caller's array a softmax overwrites)."""
+
+    def fast(
+        inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+    ) -> KernelCall | None:
+        x = inputs[0]
+        if x is None or _work_dtype(x.dtype) != x.dtype:
+            return None
+        axis = attrs["axis"] % len(x.shape)
+        return KernelCall(
+            "{b0}({0}, axis={b1}, log={b2})", (_softmax_into, axis, log), takes_out=True
+        )
+
+    return fast
 
 
 def _ref_softmax(x: np.ndarray, *, axis: int = -1, log: bool = False) -> np.ndarray:
@@ -199,6 +240,7 @@ for _name, _kernel, _log in (
             samples=_softmax_samples(_log),
             batch=batching.axis_attr(),
             cost=8,
+            fast_kernel=_softmax_fast(_log),
             # float64 results measured against NumPy's (tools/engine_ulps.py; issue 10)
             engine_limits=float64_differs(**_SOFTMAX_FLOAT64_ULPS[_name]),
         )

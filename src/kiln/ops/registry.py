@@ -237,6 +237,9 @@ class KernelCall:
             (``"{0}.reshape({b0})"``), so the run must never write into it.
         ufunc: The elementwise ufunc the template calls with the inputs as they are, when the
             plan may add ``out=`` an input buffer that no later node reads.
+        takes_out: The call (not a ufunc) also takes ``out=``: an array of the output's dtype
+            and shape, possibly one of its inputs, that it fills and returns (Softmax). The
+            plan may then hand it an input buffer no later node reads, or a donated input.
 
     Example:
         >>> KernelCall("{b0}({0}, {1})", (np.divide,), ufunc=np.divide).returns_view
@@ -247,6 +250,7 @@ class KernelCall:
     binds: tuple[Any, ...] = ()
     returns_view: bool = False
     ufunc: np.ufunc | None = None
+    takes_out: bool = False
 
 
 def same_dtype(inputs: Sequence[Typed | None], outputs: Sequence[Typed]) -> bool:
