@@ -488,6 +488,9 @@ def _run_mode(
                 except Exception as exc:  # every import failure is reported, by cause
                     return _import_cause(exc), f"{type(exc).__name__}: {_first_line(exc)}", bound
                 try:
+                    # ONNX's tests hold outputs to a tolerance: a forced engine's rounding is
+                    # accepted (without it, it refuses any node it rounds otherwise)
+                    graph.reassociation_allowed = engine not in (None, "numpy", "reference")
                     graph.finalize(engine)
                     with np.errstate(all="ignore"):
                         outputs = graph.run(feed)

@@ -16,6 +16,9 @@ import kiln
 from kiln.exec import build_plan
 from kiln.exec.cpu import CpuPlan
 from kiln.exec.plan import output_copies
+from kiln.optim import DefaultsOptions
+
+RELAXED = DefaultsOptions(allow_reassociation=True)
 
 ENGINES = ["numpy", "reference"]
 if importlib.util.find_spec("jax") is not None:
@@ -102,8 +105,8 @@ def test_every_engine_hands_out_fresh_writable_arrays(engine: str, name: str) ->
     fn = CASES[name]
     for optimize in (False, True):
         graph = kiln.trace(fn, kiln.ones((2, 3), "float32")).graph
-        if optimize:
-            graph.optimize()
+        # (x ** 1 is a Pow, which jax and onnxruntime round their own way: accepted here)
+        graph.optimize(None if optimize else [], defaults=RELAXED)
         plan = build_plan(graph, None, engine)
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
         first = plan.run_arrays([x])
@@ -164,6 +167,7 @@ def test_output_copies_decides_at_plan_time() -> None:
         return x, y, y, y.T, np.tanh(x)
 
     graph = _bare_outputs(fn)
+    graph.reassociation_allowed = True  # (jax's and onnxruntime's tanh are theirs)
     copies = output_copies(graph, _allocated_by(graph, "Mul", "Tanh"))
     # An input: always copied; y twice: the second is a copy of the first; y and y.T overlap:
     # each checked at run time; tanh(x) is fresh.

@@ -19,7 +19,13 @@ import pytest
 import kiln
 from kiln.errors import EngineError, KilnError, UnsupportedOperationError
 from kiln.exec.select import choose, same_answer
+from kiln.optim import DefaultsOptions
 from kiln.tensor import dispatch
+
+# A forced engine refuses a node that is not bit-exact unless the graph accepts the engine's
+# rounding: the tests of an engine's semantics beyond rounding (NaN, inf, signed zeros,
+# crashes) accept it.
+RELAXED = DefaultsOptions(allow_reassociation=True)
 
 jax = pytest.importorskip("jax")
 pytest.importorskip("onnxruntime")
@@ -157,6 +163,7 @@ EDGE = np.array(
 )
 def test_jax_lowerings_match_numpy_on_edge_values(fn) -> None:
     graph = kiln.trace(fn, EDGE).graph
+    graph.optimize([], defaults=RELAXED)  # (log and exp are XLA's)
     graph.finalize("jax")
     _assert_same(graph.run([EDGE])[0], _numpy(fn, EDGE))
 
@@ -190,6 +197,7 @@ def test_integer_division_by_a_zero_difference_does_not_kill_the_process() -> No
     done = _child(
         """
         import warnings, numpy as np, kiln
+        from kiln.optim import DefaultsOptions
         warnings.simplefilter("ignore")
         fn = lambda x, n: np.tanh(x) * (7 // (n - n))
         x = np.random.default_rng(0).standard_normal((1000, 1000)).astype(np.float32)
@@ -200,9 +208,10 @@ def test_integer_division_by_a_zero_difference_does_not_kill_the_process() -> No
         for _ in range(2):
             assert np.array_equal(np.asarray(cf(x, n)), want)
         g = kiln.trace(fn, x[:4, :4], n[:4, :4]).graph
-        g.optimize()
+        g.optimize(defaults=DefaultsOptions(allow_reassociation=True))  # (XLA's tanh)
         g.finalize("jax")
-        assert np.array_equal(np.asarray(g.run([x[:4, :4], n[:4, :4]])[0]), want[:4, :4])
+        got = np.asarray(g.run([x[:4, :4], n[:4, :4]])[0])
+        assert np.allclose(got, want[:4, :4], rtol=1e-6, atol=0)
         print("ok")
         """
     )
@@ -215,12 +224,15 @@ def test_einsum_with_an_empty_batch_does_not_kill_the_process() -> None:
         """
         import numpy as np, kiln
         from kiln.errors import UnsupportedOperationError
+        from kiln.optim import DefaultsOptions
+        relaxed = DefaultsOptions(allow_reassociation=True)  # (onnxruntime's sums)
         fn = lambda a, b: np.einsum("...ij,...kj->...ik", a, b)
         a, b = np.ones((0, 3, 4), np.float32), np.ones((0, 5, 4), np.float32)
         a2, b2 = np.ones((2, 3, 4), np.float32), np.ones((2, 5, 4), np.float32)
         cf = kiln.compile(fn, dynamic=True)
         assert cf(a2, b2).shape == (2, 3, 5) and cf(a, b).shape == (0, 3, 5)
         static = kiln.trace(fn, a, b).graph
+        static.optimize([], defaults=relaxed)
         try:
             static.finalize("onnxruntime")
             raise SystemExit("an empty Einsum was handed to onnxruntime")
@@ -228,6 +240,7 @@ def test_einsum_with_an_empty_batch_does_not_kill_the_process() -> None:
             assert "Einsum" in str(exc) and "empty" in str(exc)
         specs = [kiln.TensorSpec(("B", 3, 4), "float32"), kiln.TensorSpec(("B", 5, 4), "float32")]
         dynamic = kiln.trace(fn, signature=specs).graph
+        dynamic.optimize([], defaults=relaxed)
         dynamic.finalize("onnxruntime")
         assert dynamic.run([a, b])[0].shape == (0, 3, 5)
         assert np.array_equal(np.asarray(dynamic.run([a2, b2])[0]), fn(a2, b2))
@@ -460,6 +473,7 @@ def test_onnxruntime_mean_of_an_empty_tensor_is_numpys_nan_or_refused() -> None:
         return x.mean(axis=0)
 
     graph = kiln.trace(mean, np.ones((4, 3)), dynamic_axes={0: [0]}).graph
+    graph.optimize([], defaults=RELAXED)  # (onnxruntime's sum)
     graph.finalize("onnxruntime")
     with np.errstate(all="ignore"):
         got = graph.run([np.ones((0, 3))])[0].numpy()
@@ -470,5 +484,6 @@ def test_onnxruntime_mean_of_an_empty_tensor_is_numpys_nan_or_refused() -> None:
         return np.where(c)[0].mean(axis=0)
 
     data_dependent = kiln.trace(count_mean, np.ones(3, bool)).graph
+    data_dependent.optimize([], defaults=RELAXED)
     with pytest.raises(UnsupportedOperationError, match="ReduceMean|empty"):
         data_dependent.finalize("onnxruntime")

@@ -65,6 +65,7 @@ def test_batch_flatten_from_shape_runs_at_unseen_batch_sizes(through_float, engi
     graph.verify()
     (out,) = graph.output_values
     assert out.shape[1] == 12 if not through_float else is_fresh(out.shape[1])
+    graph.reassociation_allowed = True  # (jax's and onnxruntime's tanh: accepted)
     graph.finalize(engine)
     for batch in (1, 5, 7):  # 2 at export; 0 is ambiguous with -1 (NumPy and torch refuse)
         x = np.random.default_rng(batch).standard_normal((batch, 3, 4)).astype(np.float32)

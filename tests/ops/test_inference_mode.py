@@ -118,6 +118,7 @@ def test_batch_norm_running_statistics_outputs_in_inference_mode(opset, outputs,
 def test_batch_norm_extra_outputs_round_trip_through_onnxruntime() -> None:
     pytest.importorskip("onnxruntime")
     graph = kiln.io.load(_batch_norm_model(15, ["y", "running_mean", "running_var"]))
+    graph.reassociation_allowed = True  # (onnxruntime's normalization rounds its own way)
     graph.finalize("onnxruntime")
     feed = _bn_feed()
     got = [np.asarray(t) for t in graph.run(feed)]

@@ -60,7 +60,7 @@ from ..ops.dispatch import as_outputs
 from ..ops.fused import parse_program
 from ..ops.registry import ELEMENTWISE, LAYOUT, get_op
 from .inputs import InputChecker
-from .plan import Plan
+from .plan import Plan, refuse_rounding
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node
@@ -1061,16 +1061,7 @@ class JaxPlan(Plan):
                 f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
                 f"{'; '.join(missing)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
-        contraction = None if graph.reassociation_allowed else contracts(graph)
-        if contraction is not None:
-            # not only rounding: an overflowing product kept exact turns NumPy's
-            # inf - inf = nan into inf, and cancelling products can be far off (SPEC 5b)
-            raise UnsupportedOperationError(
-                f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
-                f"{contraction}. Use engine='numpy' (or engine=None to let kiln choose), or "
-                "optimize with DefaultsOptions(allow_reassociation=True) to accept XLA's "
-                "fused multiply-adds"
-            )
+        refuse_rounding(graph, "jax", contracts)
         for c in graph.constants:
             if has_subnormal(c.data):
                 raise UnsupportedOperationError(

@@ -39,7 +39,7 @@ from ..ir.builder import expand_node
 from ..ops.control import subgraph_attrs
 from ..ops.registry import get_op
 from .inputs import InputChecker
-from .plan import Plan
+from .plan import Plan, refuse_rounding
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node
@@ -205,6 +205,7 @@ class OrtPlan(Plan):
                 f"graph {graph.name!r} cannot run on onnxruntime with NumPy's results: "
                 f"{'; '.join(problems)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
+        refuse_rounding(graph, ENGINE)
         guards = empty_guards(graph)
         bound = {d.name for v in graph.input_values for d in v.shape if _is_symbol(d)}
         for name, sizes in guards:

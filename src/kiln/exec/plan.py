@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
-from ..errors import OpArgumentError
+from ..errors import OpArgumentError, UnsupportedOperationError
+from ..ops.control import subgraph_attrs
 from ..ops.registry import get_op
 from ..tensor import Tensor
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Value
     from .inputs import InputChecker
 
-__all__ = ["Plan", "OutputCopy", "output_copies"]
+__all__ = ["Plan", "OutputCopy", "node_rounding", "output_copies", "refuse_rounding"]
 
 
 class Plan:
@@ -58,6 +59,49 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.graph.name!r}: {len(self.graph.nodes)} nodes>"
+
+
+# -- engines never change an answer -------------------------------------------------------
+
+
+def node_rounding(graph: ModelGraph) -> str | None:
+    """The first node of ``graph`` whose operator's record does not say it is bit-exact
+    (``OpDef.is_bit_exact``: a math-library function, a reduction or a product whose
+    summation order is the engine's), as a reason; None when every node is. A control-flow
+    node (If, Loop, Scan) is as exact as the nodes of its subgraphs."""
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        attrs = opdef.bind_attrs(node.attrs)
+        subgraphs = subgraph_attrs(opdef, attrs)
+        if subgraphs:
+            for key, sub in subgraphs.items():
+                why = node_rounding(sub)
+                if why is not None:
+                    return f"node {node.name!r} ({node.op}, {key}): {why}"
+        elif not opdef.is_bit_exact(node.inputs, node.outputs, attrs):
+            return f"node {node.name!r} ({node.op}) rounds as the engine's library or order does"
+    return None
+
+
+def refuse_rounding(
+    graph: ModelGraph, engine: str, *more: Callable[[ModelGraph], str | None]
+) -> None:
+    """Raise :class:`~kiln.errors.UnsupportedOperationError` naming the node when ``engine``,
+    asked for by name, may round a result of ``graph`` otherwise than NumPy
+    (:func:`node_rounding`, then each of the engine's own checks ``more``), unless the graph
+    was optimized allowing reassociation: a forced engine never changes an answer either
+    (SPEC 5b). An engine's ulp does not stay an ulp: a later ``sinh`` or subtraction magnifies
+    it, and a sum in another order overflows to -inf where NumPy's gives NaN."""
+    if graph.reassociation_allowed:
+        return
+    for check in (node_rounding, *more):
+        why = check(graph)
+        if why is not None:
+            raise UnsupportedOperationError(
+                f"graph {graph.name!r} cannot run on {engine} with NumPy's bits: {why}. Use "
+                "engine='numpy' (or engine=None to let kiln choose), or optimize with "
+                f"DefaultsOptions(allow_reassociation=True) to accept {engine}'s rounding"
+            )
 
 
 # -- outputs never alias ------------------------------------------------------------------

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..ops.registry import get_op
+from .plan import node_rounding
 
 if TYPE_CHECKING:
     from ..ir.graph import ModelGraph, Node
@@ -207,10 +208,9 @@ def rounding_differs(graph: ModelGraph, engine: str) -> str | None:
         >>> rounding_differs(g, "onnxruntime")
         "node 'tanh' (Tanh) rounds as the engine's library or order does"
     """
-    for node in graph.nodes:
-        opdef = get_op(node.op)
-        if not opdef.is_bit_exact(node.inputs, node.outputs, opdef.bind_attrs(node.attrs)):
-            return f"node {node.name!r} ({node.op}) rounds as the engine's library or order does"
+    why = node_rounding(graph)
+    if why is not None:
+        return why
     if engine == "jax":
         from .jax_engine import contracts
 

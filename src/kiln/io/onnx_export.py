@@ -42,6 +42,9 @@ DEFAULT_OPSET = 21  # kiln's operators follow opset 21 semantics
 NEWEST_OPSET = 23  # recorded when an operator (Attention, RMSNormalization) needs it
 _IR_VERSION = 10  # the IR version that goes with opsets 21-23
 _GUARDS_KEY = "kiln.shape_guards"  # model metadata: the guards the model checks, one a line
+# model metadata "1": the graph was optimized with allow_reassociation, accepting that engines
+# round otherwise than NumPy (ModelGraph.reassociation_allowed; kept by a save and load)
+REASSOCIATION_KEY = "kiln.reassociation_allowed"
 
 
 def _onnx() -> Any:
@@ -140,8 +143,13 @@ def to_onnx(graph: ModelGraph, *, opset: int | None = None) -> onnx.ModelProto:
         producer_name="kiln",
         ir_version=_IR_VERSION if opset <= NEWEST_OPSET else _ir_version_for(opset),
     )
+    props = {}
     if guards:  # for readers of the model (Netron shows them); the checks enforce them
-        helper.set_model_props(model, {_GUARDS_KEY: "\n".join(str(g) for g in guards)})
+        props[_GUARDS_KEY] = "\n".join(str(g) for g in guards)
+    if graph.reassociation_allowed:
+        props[REASSOCIATION_KEY] = "1"
+    if props:
+        helper.set_model_props(model, props)
     onnx.checker.check_model(model)
     return model
 

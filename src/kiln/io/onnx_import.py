@@ -32,6 +32,7 @@ from ..ops.control import has_subgraphs
 from ..ops.folding import FOLDING_LIMITS, fold, known_array
 from ..ops.registry import TensorType, get_op
 from ..symbolic import Dim, fresh_symbol, symbol
+from .onnx_export import REASSOCIATION_KEY
 
 if TYPE_CHECKING:
     import onnx
@@ -171,7 +172,11 @@ def from_onnx(
             f"the model for opset {MAX_OPSET} or older"
         )
     importer = _Importer(model.graph, opset, dict(constant_inputs or {}))
-    return importer.run()
+    graph = importer.run()
+    # kiln's own mark: the graph was optimized accepting engines' rounding (onnx_export)
+    props = {p.key: p.value for p in model.metadata_props}
+    graph.reassociation_allowed = props.get(REASSOCIATION_KEY) == "1"
+    return graph
 
 
 # -- the importer --------------------------------------------------------------------------
