@@ -487,3 +487,19 @@ def test_onnxruntime_mean_of_an_empty_tensor_is_numpys_nan_or_refused() -> None:
     data_dependent.optimize([], defaults=RELAXED)
     with pytest.raises(UnsupportedOperationError, match="ReduceMean|empty"):
         data_dependent.finalize("onnxruntime")
+
+
+def test_onnxruntime_keeps_a_reciprocal_and_a_product_apart() -> None:
+    """Fuzz 37:4379: onnxruntime's DivMulFusion rewrote ``(1 / x) * y`` into ``y / x``, which
+    rounds once where NumPy rounds twice (an ulp); kiln turns that rewrite off."""
+    pytest.importorskip("onnxruntime")
+    a = np.array([-1.29, -0.18, 3.99, -1.73, 3.67, 3.75], np.float32)
+    c = np.array([-1.0, 1.18, -2.15, 2.8, 1.53, -1.35], np.float32)
+
+    def fn(a, c):
+        return 0 + c * (1 / (a * np.float32(1e30)))
+
+    traced = kiln.trace(fn, a, c)
+    traced.optimize()
+    traced.finalize(engine="onnxruntime")
+    np.testing.assert_array_equal(np.asarray(traced(a, c)).view(np.int32), fn(a, c).view(np.int32))

@@ -47,9 +47,15 @@ def test_the_opt_out_runs_it_with_the_engines_rounding(engine):
     np.testing.assert_allclose(np.asarray(traced(X)), want, rtol=1e-5)
 
 
+EXACT = {  # correctly rounded; on jax, nothing that can underflow (XLA flushes subnormals)
+    "onnxruntime": lambda x: np.sqrt(np.abs(x)) / (x - 0.5) + np.floor(x * 2),
+    "jax": lambda x: np.floor(np.sqrt(np.abs(x)) * 3.0) / 0.25,
+}
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_bit_exact_graphs_run_forced_and_give_numpys_bits(engine):
-    fn = lambda x: np.sqrt(np.abs(x)) / (x - 0.5) + np.floor(x * 2)  # noqa: E731
+    fn = EXACT[engine]
     traced = kiln.trace(fn, X)
     traced.optimize()
     traced.finalize(engine=engine)

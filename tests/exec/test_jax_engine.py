@@ -90,6 +90,7 @@ def test_a_subnormal_constant_keeps_the_graph_off_jax() -> None:
 def test_float64_subnormal_input_is_checked_too() -> None:
     a = np.array([5e-324, 1.0, -2.0])
     traced = kiln.trace(lambda a: a / a, a)
+    traced.optimize([], defaults=RELAXED)
     traced.finalize(engine="jax")
     with pytest.raises(UnsupportedOperationError, match="subnormal"):
         traced(a)
@@ -117,3 +118,29 @@ def test_a_nan_constant_reaches_exp_as_numpy_computes_it(fn) -> None:
     traced.optimize(defaults=RELAXED)
     traced.finalize(engine="jax")
     _same(traced(a).numpy(), _numpy(fn, a))
+
+
+# -- subnormal results (fuzz 37:4824) ---------------------------------------------------------
+
+
+def test_nodes_that_can_underflow_are_named() -> None:
+    from kiln.exec.jax_engine import flushes
+
+    x = np.ones(4, np.float32)
+
+    def why(fn, *args):
+        return flushes(kiln.trace(fn, *(args or (x,))).graph)
+
+    assert "(Reciprocal) can underflow" in why(np.reciprocal)  # 1 / -3e38 is subnormal
+    assert "(Sub) can underflow" in why(lambda x: x - x[::-1])
+    assert "(Cast) can underflow" in why(lambda x: x.astype(np.float32), x.astype(np.float64))
+    assert "(Mul) can underflow" in why(lambda x: x * np.float32(0.5))
+    assert "(Div) can underflow" in why(lambda x: x / np.float32(2.0))
+    # scaling up, picking, moving, whole numbers, square roots, widening: never subnormal
+    for fn in (
+        lambda x: x * np.float32(2.0) / np.float32(0.5),
+        lambda x: np.maximum(np.abs(x), np.floor(x)).reshape(2, 2).T,
+        lambda x: np.sqrt(np.abs(x)).astype(np.float64),
+        lambda x: np.where(x > 0, -x, x.astype(np.int32).astype(np.float32)),
+    ):
+        assert why(fn) is None, why(fn)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln.exec.jax_engine import contracts
 from kiln.exec.select import (
     OPTIONAL_ENGINES,
     TIE_MARGIN,
@@ -105,7 +106,26 @@ def test_reassociation_opts_into_engines_that_round_differently() -> None:
 
 def test_correctly_rounded_graphs_stay_candidates() -> None:
     graph = _graph(lambda x: x / (abs(x) + 1.0) - x, _X)
-    assert all(rounding_differs(graph, e) is None for e in OPTIONAL_ENGINES)
+    assert rounding_differs(graph, "onnxruntime") is None
+    # XLA's CPU runtime flushes subnormal results to zero: any float arithmetic can make one
+    assert "(Add) can underflow to a subnormal" in rounding_differs(graph, "jax")
+    picks = _graph(lambda x: np.maximum(np.abs(x), np.sqrt(np.abs(x))) * 1, _X)
+    assert all(rounding_differs(picks, e) is None for e in OPTIONAL_ENGINES)
+
+
+def test_xla_flushing_a_subnormal_result_keeps_jax_out() -> None:
+    pytest.importorskip("jax")
+    x = np.float32([1e-10, -3e38, 2.0])  # 1e-40 and -3.3e-39 are subnormal: NumPy keeps them
+    for fn in (lambda x: x * np.float32(1e-30), lambda x: 1 / x):
+        graph = _graph(fn, x)
+        assert "can underflow to a subnormal number" in rounding_differs(graph, "jax")
+        with pytest.raises(kiln.UnsupportedOperationError, match="flushes to zero"):
+            graph.finalize("jax")
+        graph.finalize()
+        np.testing.assert_array_equal(graph.run([x])[0], fn(x))
+    relaxed = _graph(lambda x: x * np.float32(1e-30), x, reassociate=True)
+    relaxed.finalize("jax")  # accepted with the engine's rounding: 0 for 1e-40
+    assert relaxed.run([x])[0][0] == 0
 
 
 def test_xla_multiply_add_contraction_keeps_jax_out() -> None:
@@ -129,7 +149,7 @@ def test_xla_multiply_add_contraction_keeps_jax_out() -> None:
     assert [n.op for n in fused.nodes] == ["kiln.FusedElementwise"]
     assert "fused multiply-add" in rounding_differs(fused, "jax")  # inside one fused node
     separate = _graph(lambda x: (x + 1.0) * 3.0, _X)  # an add feeding a multiply: no fma
-    assert rounding_differs(separate, "jax") is None
+    assert contracts(separate) is None
     # forced, jax refuses it too (an overflow NumPy turns into nan stays inf in an fma),
     # unless the graph opted into reassociation
     with pytest.raises(kiln.UnsupportedOperationError, match="fused multiply-add.*node 'mul"):

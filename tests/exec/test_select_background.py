@@ -81,27 +81,27 @@ def test_first_call_does_not_wait_and_explain_says_pending(monkeypatch):
 
 
 def test_a_faster_exact_engine_is_swapped_into_the_replay(monkeypatch):
-    pytest.importorskip("jax")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    pytest.importorskip("onnxruntime")
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     f = kiln.compile(_fn)
     x = _big()
     f(x)
     assert f.wait_for_engines(timeout=WAIT)
     program = f.current_graph.program
-    assert program.engine == "jax"
+    assert program.engine == "onnxruntime"
     replay = f._current.replay
-    assert replay.run_unchecked == program.plan.run_arrays  # the replay runs the jax plan
-    assert "jax: 10.0x faster than numpy, exact on synthetic inputs and the capture inputs" in (
-        kiln.explain(f)
-    )
+    assert replay.run_unchecked == program.plan.run_arrays  # the replay runs that plan
+    explained = kiln.explain(f)
+    assert "onnxruntime: 10.0x faster than numpy, exact on synthetic inputs" in explained
+    assert "and the capture inputs" in explained
     y = f(x)
     np.testing.assert_array_equal(y, _want(x))  # NumPy's bits
     assert type(y) is np.ndarray and y.dtype == np.float32 and y.shape == x.shape
 
 
 def test_the_swapped_replay_reads_implicit_inputs_and_writes_back(monkeypatch):
-    pytest.importorskip("jax")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    pytest.importorskip("onnxruntime")
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     w = _big(1)
 
     def scaled(x):
@@ -116,7 +116,7 @@ def test_the_swapped_replay_reads_implicit_inputs_and_writes_back(monkeypatch):
     f(x)
     g(x.copy())
     assert f.wait_for_engines(timeout=WAIT) and g.wait_for_engines(timeout=WAIT)
-    assert f.current_graph.program.engine == "jax"
+    assert f.current_graph.program.engine == "onnxruntime"
     w[...] = 2.0
     np.testing.assert_array_equal(f(x), x / np.float32(2.0) + np.float32(1.0))
     mine, theirs = x.copy(), x.copy()
@@ -140,8 +140,8 @@ def test_the_choice_is_the_same_given_the_same_measurements(monkeypatch):
 
 
 def test_concurrent_calls_across_the_swap_give_numpys_answer(monkeypatch):
-    pytest.importorskip("jax")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    pytest.importorskip("onnxruntime")
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     gate = Gate(monkeypatch)
     f = kiln.compile(_fn)
     x = _big()
@@ -167,7 +167,7 @@ def test_concurrent_calls_across_the_swap_give_numpys_answer(monkeypatch):
     for t in threads:
         t.join()
     assert not errors
-    assert f.current_graph.program.engine == "jax"
+    assert f.current_graph.program.engine == "onnxruntime"
 
 
 def test_a_failing_background_selection_keeps_numpy_and_says_why(monkeypatch):
@@ -187,8 +187,8 @@ def test_a_failing_background_selection_keeps_numpy_and_says_why(monkeypatch):
 
 
 def test_selection_checks_the_capture_inputs_as_they_were(monkeypatch):
-    pytest.importorskip("jax")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    pytest.importorskip("onnxruntime")
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     gate = Gate(monkeypatch)
     f = kiln.compile(_fn)
     x = _big()
@@ -198,8 +198,8 @@ def test_selection_checks_the_capture_inputs_as_they_were(monkeypatch):
     gate.release()
     assert f.wait_for_engines(timeout=WAIT)
     selection = f.current_graph.program.plan.selection
-    assert "jax" not in selection["refused"], selection["refused"]
-    assert selection["chosen"] == "jax"
+    assert "onnxruntime" not in selection["refused"], selection["refused"]
+    assert selection["chosen"] == "onnxruntime"
 
 
 def test_selection_still_refuses_an_engine_that_differs_on_the_capture_inputs(monkeypatch):
@@ -234,8 +234,8 @@ def test_a_dropped_capture_skips_its_pending_selection(monkeypatch):
 
 
 def test_a_taken_graph_keeps_its_pending_selection(monkeypatch):
-    pytest.importorskip("jax")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    pytest.importorskip("onnxruntime")
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     gate = Gate(monkeypatch)
     f = kiln.compile(_fn)
     x = _big()
@@ -244,7 +244,7 @@ def test_a_taken_graph_keeps_its_pending_selection(monkeypatch):
     gc.collect()
     gate.release()
     assert graph.program.wait_selected(timeout=WAIT)
-    assert graph.program.engine == "jax"
+    assert graph.program.engine == "onnxruntime"
     assert select.same_answer(np.asarray(graph.run([x])[0]), _want(x)) is None
 
 
@@ -259,27 +259,28 @@ def test_compiles_out_of_proportion_to_the_run_time_are_skipped(monkeypatch):
     plan = choose(graph)
     assert plan.engine == "numpy"
     installed = {e for e in select.OPTIONAL_ENGINES if select.installed(e)}
-    assert set(plan.selection["skipped"]) == installed
+    refused = set(plan.selection.get("refused", ()))  # (jax: XLA flushes subnormals)
+    assert set(plan.selection["skipped"]) == installed - refused
     assert all("expected compile" in why for why in plan.selection["skipped"].values())
 
 
 def test_sync_environment_selects_during_the_first_call(monkeypatch):
-    pytest.importorskip("jax")
+    pytest.importorskip("onnxruntime")
     monkeypatch.setenv(SELECTION_ENV, "sync")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     f = kiln.compile(_fn)
     f(_big())
     program = f.current_graph.program
-    assert program.engine == "jax" and not program.pending  # decided before call 1 returned
+    assert program.engine == "onnxruntime" and not program.pending  # decided before call 1 returned
 
 
 def test_explicit_finalize_and_forced_engines_stay_synchronous(monkeypatch):
-    pytest.importorskip("jax")
-    _timings(monkeypatch, numpy=1.0, jax=0.1, onnxruntime=0.5)
+    pytest.importorskip("onnxruntime")
+    _timings(monkeypatch, numpy=1.0, jax=0.5, onnxruntime=0.1)
     x = _big()
     graph = kiln.trace(_fn, x).graph
     graph.finalize()  # automatic, but asked for by hand: decided now
-    assert graph.program.engine == "jax" and not graph.program.pending
+    assert graph.program.engine == "onnxruntime" and not graph.program.pending
     forced = kiln.trace(_fn, x).graph
     with selection_reference([x], [_want(x)], background=True):
         forced.finalize("numpy")  # a named engine is never tiered

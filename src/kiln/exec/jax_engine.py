@@ -32,8 +32,9 @@ refuses a graph with a subnormal constant, and checks its floating-point inputs 
 (a reduction over their bits, fused into the XLA program): a call with a subnormal input runs on the
 NumPy plan when the engine was chosen automatically, and raises
 :class:`~kiln.errors.UnsupportedOperationError` naming the input when jax was forced. A
-subnormal that arises inside the graph from normal inputs (``np.float32(1e-20) * 1e-20``) is
-still flushed: docs/reliability.md states that limit.
+subnormal that arises inside the graph from normal inputs (``np.float32(1e-20) * 1e-20``,
+``1 / np.float32(-3e38)``) would still be flushed, so a node that can make one (floating-point
+arithmetic: :func:`flushes`) keeps the graph off jax unless it opted out of NumPy's bits.
 
 Example:
     >>> import kiln, numpy as np
@@ -138,6 +139,87 @@ def contracts(graph: ModelGraph) -> str | None:
         elif fed and (node.op in _TRANSPARENT or get_op(node.op).has(LAYOUT)):
             products.update((id(v), fed) for v in node.outputs)
     return None
+
+
+# Operators whose floating-point results are never subnormal when their inputs are not: they
+# pick, move, compare or round to whole numbers (or take a square root, which brings a tiny
+# number nearer 1). Any other floating-point node can underflow from normal inputs
+# (``x * 1e-30``, ``1 / x``, ``a - b`` of close numbers, a float64 to float32 Cast), which
+# XLA's CPU runtime would flush to zero.
+_NO_UNDERFLOW = frozenset(
+    {
+        *("Abs", "Neg", "Sign", "Floor", "Ceil", "Round", "Sqrt", "Relu", "Max", "Min"),
+        *("Clip", "Where", "Identity", "Constant", "ConstantOfShape", "Trilu", "Hardmax"),
+        *("ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "TopK"),
+        *("ScatterND", "ScatterElements", "kiln.SliceUpdate"),
+    }
+)
+
+
+def flushes(graph: ModelGraph) -> str | None:
+    """Why XLA's flush-to-zero may change a result of ``graph`` (None when it cannot): the
+    first node with a floating-point output that can underflow to a subnormal number from
+    normal inputs (see ``_NO_UNDERFLOW``; a Cast only when it narrows; a control-flow node
+    as its subgraphs). Asked, as :func:`contracts` is, wherever results must be NumPy's bits.
+
+    Example:
+        >>> import kiln, numpy as np
+        >>> x = kiln.ones((4,), "float32")
+        >>> flushes(kiln.trace(lambda x: x * 1e-30, x).graph)[:23]
+        "node 'output' (Mul) can"
+        >>> flushes(kiln.trace(lambda x: np.maximum(np.abs(x), 2.0), x).graph) is None
+        True
+    """
+    known = {id(c.value): c.data for c in graph.constants}
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        subgraphs = subgraph_attrs(opdef, opdef.bind_attrs(node.attrs))
+        if subgraphs:  # If, Loop, Scan: as their bodies
+            for key, sub in subgraphs.items():
+                why = flushes(sub)
+                if why is not None:
+                    return f"node {node.name!r} ({node.op}, {key}): {why}"
+            continue
+        floats = [v for v in node.outputs if v.dtype.kind == "f" or v.dtype.name == "bfloat16"]
+        if not floats or node.op in _NO_UNDERFLOW or opdef.has(LAYOUT):
+            continue
+        if node.op in ("Cast", "CastLike") and not _narrows(node):
+            continue
+        if _scales_up(node, known):
+            continue
+        return (
+            f"node {node.name!r} ({node.op}) can underflow to a subnormal number, which XLA's "
+            "CPU runtime flushes to zero"
+        )
+    return None
+
+
+def _scales_up(node: Node, known: Mapping[int, np.ndarray]) -> bool:
+    """Whether ``node`` multiplies by constants of magnitude at least 1 (or 0), or divides by
+    nonzero constants of magnitude at most 1: its results are then no smaller than its other
+    input's (``x * 2``, ``x / 0.5``)."""
+    if node.op not in ("Mul", "Div") or len(node.inputs) != 2:
+        return False
+    operands = [known.get(id(v)) if v is not None else None for v in node.inputs]
+    if node.op == "Div":
+        c = operands[1]
+        return c is not None and c.size > 0 and bool(np.all((np.abs(c) <= 1) & (c != 0)))
+    c = next((o for o in operands if o is not None), None)
+    if c is None or c.size == 0 or not np.all(np.isfinite(c)):
+        return False
+    return bool(np.all((np.abs(c) >= 1) | (c == 0)))
+
+
+# The exponent range of each float dtype, in order (bfloat16 has float32's).
+_EXPONENT_RANGE = {"float16": 0, "bfloat16": 1, "float32": 1, "float64": 2}
+
+
+def _narrows(node: Node) -> bool:
+    """Whether a Cast's floating-point result has a smaller exponent range than its input
+    (from an integer or bool: whole numbers, never subnormal)."""
+    source = node.inputs[0]
+    before = _EXPONENT_RANGE.get(source.dtype.name) if source is not None else None
+    return before is not None and _EXPONENT_RANGE[node.outputs[0].dtype.name] < before
 
 
 def available() -> bool:
@@ -1061,7 +1143,6 @@ class JaxPlan(Plan):
                 f"graph {graph.name!r} cannot run on the jax engine with NumPy's results: "
                 f"{'; '.join(missing)}. Use engine='numpy' (or engine=None to let kiln choose)"
             )
-        refuse_rounding(graph, "jax", contracts)
         for c in graph.constants:
             if has_subnormal(c.data):
                 raise UnsupportedOperationError(
@@ -1069,6 +1150,7 @@ class JaxPlan(Plan):
                     f"constant {c.value.name!r} holds a subnormal number, which XLA flushes to "
                     "zero. Use engine='numpy' (or engine=None to let kiln choose)"
                 )
+        refuse_rounding(graph, "jax", contracts, flushes)
         self.graph = graph
         self.checker = InputChecker(graph)
         self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker

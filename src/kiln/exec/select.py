@@ -212,9 +212,9 @@ def rounding_differs(graph: ModelGraph, engine: str) -> str | None:
     if why is not None:
         return why
     if engine == "jax":
-        from .jax_engine import contracts
+        from .jax_engine import contracts, flushes
 
-        return contracts(graph)
+        return contracts(graph) or flushes(graph)
     return None
 
 
