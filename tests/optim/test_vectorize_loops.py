@@ -42,11 +42,28 @@ def row_normalize(x):
 def test_distance_matrix_has_no_per_row_nodes(dtype, n):
     x = RNG.standard_normal((n, 3)).astype(dtype)
     g = optimized(distance_matrix, x)
-    assert len(g.nodes) <= 6, ops(g)  # a Gather, then the body once
+    assert len(g.nodes) <= 7, ops(g)  # a Gather, then the body once (a C-ordered sum)
     assert "Concat" not in ops(g) and ops(g).count("Sqrt") == 1
     y = RNG.standard_normal((n, 3)).astype(dtype)
     got = run(g, y)[0]
     np.testing.assert_array_equal(got, distance_matrix(y), strict=True)
+
+
+def l1_between_columns(c):  # fuzz 38:3804: the rows of a transpose, each a strided view
+    t = np.swapaxes(np.concatenate([c, c], axis=-2), 0, -1)
+    return np.array([[np.abs(t[i] - t[j]).sum() for j in range(len(t))] for i in range(len(t))])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_batched_sum_adds_in_each_iterations_order(dtype):
+    # each iteration summed a fresh 1-D array pairwise; the batch, laid out as its strided
+    # input, would be summed across rows: it is made C-ordered first
+    c = RNG.uniform(-4, 4, (5, 4)).astype(dtype)
+    g = optimized(l1_between_columns, c)
+    assert "kiln.Contiguous" in ops(g) and ops(g).count("ReduceSum") == 1, ops(g)
+    for _ in range(20):
+        y = RNG.uniform(-4, 4, (5, 4)).astype(dtype)
+        np.testing.assert_array_equal(run(g, y)[0], l1_between_columns(y), strict=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

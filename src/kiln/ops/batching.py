@@ -150,6 +150,20 @@ def batching_rule(opdef: OpDef) -> BatchRule | None:
     return None
 
 
+# Reductions whose floating-point result depends on the order NumPy adds or multiplies in,
+# which follows the array's memory layout.
+_ORDERED_REDUCTIONS = frozenset(
+    {
+        *("ReduceSum", "ReduceMean", "ReduceProd", "ReduceSumSquare", "ReduceL1"),
+        *("ReduceL2", "ReduceLogSum", "ReduceLogSumExp"),
+    }
+)
+
+
+def _floating(v: Any) -> bool:
+    return bool(v.dtype.kind in "fc" or v.dtype.name == "bfloat16")
+
+
 def _only_first_batched(batched: Sequence[bool]) -> bool:
     return bool(batched[0]) and not any(batched[1:])
 
@@ -190,6 +204,11 @@ def _axes_input_fn(output_rank: bool) -> BatchFn:
         if any(not -within <= a < within for a in given):
             return None  # the operator's own error, raised by the unbatched node
         shifted = [a % within + 1 if within else 1 for a in given]
+        if op in _ORDERED_REDUCTIONS and _floating(data):
+            # NumPy adds a C-ordered array's elements pairwise along its last axis but a
+            # strided one's across rows; each iteration reduced a fresh C-ordered array (a
+            # 1-D one in any layout): the batch must be C-ordered too (fuzz 38:3804)
+            (data,) = builder.add("kiln.Contiguous", [data])
         return builder.add(op, [data, _const(builder, shifted), *inputs[2:]], attrs)
 
     return fn

@@ -763,6 +763,35 @@ unary(
     reference=lambda x: x.copy(),
     bit_exact=True,
 )
+
+
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    """``x`` itself when C-ordered, else a C-ordered copy (0-d stays 0-d, unlike
+    ``np.ascontiguousarray``)."""
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _identity_expand(
+    builder: NodeBuilder, inputs: Sequence[Any], attrs: Mapping[str, Any], outputs: Sequence[Any]
+) -> None:
+    builder.add("Identity", [inputs[0]], outputs=[outputs[0]])
+
+
+unary(
+    "Contiguous",
+    "The input, laid out in C order (NumPy's ascontiguousarray: no copy when it already is). "
+    "Values are unchanged; the order a later sum adds them in is NumPy's for a C-ordered "
+    "array (the loop vectorizer puts one before a batched float reduction, whose "
+    "per-iteration arrays were fresh C-ordered ones). ONNX form: Identity.",
+    _contiguous,
+    ALL,
+    io_names=("input", "output"),
+    sample_dtypes=(dtypes.float32, dtypes.int64, dtypes.bool_),
+    reference=lambda x: x.copy(),
+    bit_exact=True,
+    domain="kiln",
+    expand=_identity_expand,
+)
 unary(
     "Neg",
     "-x (integers wrap around).",
