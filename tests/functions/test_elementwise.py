@@ -328,6 +328,18 @@ def test_power_integer_negative_exponent_raises() -> None:
     assert (f**2).dtype == np.float32
 
 
+def test_an_empty_integer_power_raises_nothing() -> None:
+    # fuzz 39:1503: NumPy's loop never runs for an empty result, so nothing checks the exponent
+    fn = lambda a: (np.cumsum(a, axis=-3) ** -1 - 2.5).argmax(axis=1)  # noqa: E731
+    for dynamic in (False, True):
+        cf = kiln.compile(fn, dynamic=dynamic)
+        for a in (np.zeros((2, 2, 0), np.int32), np.zeros((4, 2, 0), np.int32)):
+            np.testing.assert_array_equal(cf(a), fn(a), strict=True)
+        with pytest.raises(ValueError, match="negative integer powers"):
+            cf(np.ones((2, 2, 1), np.int32))  # (as NumPy, once there is an element)
+    assert kiln.power(kiln.asarray(np.zeros(0, np.int64)), -2).shape == (0,)
+
+
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint32", "uint64", "int64"])
 def test_power_narrow_integers_wrap_as_numpy(dtype) -> None:
     a = _data((6,), np.dtype(dtype), 0, 9, seed=7)

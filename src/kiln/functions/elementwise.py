@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import OpArgumentError, OpTypeError
+from ..symbolic import broadcast_shapes
 from ..tensor import Tensor, call, eager_plan
 from .numpy_protocol import implements
 from .operands import as_tensor, cast, constant, same_dtype_operands, ufunc_operands
@@ -322,7 +323,9 @@ def power(x: Any, y: Any) -> Tensor:
     (a, b), out = _resolve(np.power, x, y)
     if dtypes.is_integer(out):
         known = b.type.value
-        if known is not None and any(isinstance(v, int) and v < 0 for v in known):
+        shape = broadcast_shapes(a.shape, b.shape)  # (an empty result raises nothing)
+        sized = all(isinstance(d, int) for d in shape) and 0 not in shape
+        if sized and known is not None and any(isinstance(v, int) and v < 0 for v in known):
             raise OpArgumentError(
                 "power: integers to negative integer powers are not allowed "
                 f"(exponent {list(known)}); use a float base, e.g. x.astype(float) ** y"

@@ -386,8 +386,10 @@ def _pow_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.power(x.astype(wide), y.astype(wide)).astype(out)
     if y.dtype.kind in "iub":
         # Integer power, wrapping like repeated multiplication; a negative exponent raises
-        # NumPy's ValueError (issue 10), checked here since the exponent is known at run time.
-        if y.dtype.kind == "i" and y.size and y.min() < 0:
+        # NumPy's ValueError (issue 10), checked here since the exponent is known at run time
+        # (not for an empty result, whose loop NumPy never runs: fuzz 39:1503).
+        empty = 0 in np.broadcast_shapes(x.shape, y.shape)
+        if y.dtype.kind == "i" and not empty and y.min() < 0:
             raise OpArgumentError(
                 "Integers to negative integer powers are not allowed (Pow: an integer base "
                 f"{out.name} to the negative exponent {int(y.min())}); use a float base, e.g. "
