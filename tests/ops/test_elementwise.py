@@ -255,3 +255,22 @@ def test_activation_attributes() -> None:
     np.testing.assert_allclose(
         celu, [2.0 * math.expm1(-1.0), 2.0 * math.expm1(-0.2), 0.3, 1.5], rtol=1e-6
     )
+
+
+def test_contiguous_lays_out_each_batch_element_in_its_own_axis_order():
+    from kiln.ops.elementwise import _contiguous
+
+    base = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 4, 3)
+    x = base.transpose(0, 2, 1)  # (2, 3, 4): each element column-major
+    y = _contiguous(x)
+    np.testing.assert_array_equal(y, x)
+    assert y is x  # already one element after another, each in its strides' order
+    strided = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)  # batch inside
+    assert strided.strides == (16, 32, 4)
+    y = _contiguous(strided)
+    np.testing.assert_array_equal(y, x)
+    assert y.strides == (48, 16, 4)  # each element contiguous, row-major as it was
+    inner = _contiguous(strided, batch_axes=2)  # two batch axes: the last one is the element
+    assert inner.strides[2] == 4 and inner.strides[0] > inner.strides[1] > 0
+    np.testing.assert_array_equal(inner, x)
+    assert _contiguous(np.float32(2.0).reshape(())).shape == ()  # (0-d stays 0-d)

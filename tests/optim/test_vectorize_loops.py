@@ -54,16 +54,25 @@ def l1_between_columns(c):  # fuzz 38:3804: the rows of a transpose, each a stri
     return np.array([[np.abs(t[i] - t[j]).sum() for j in range(len(t))] for i in range(len(t))])
 
 
+def weighted_by_columns(a):  # fuzz 40:3985: each product is laid out as the transpose is
+    t0 = np.swapaxes(a, 0, -1)
+    t1 = np.dot(a, t0)
+    t2 = np.logical_or(t0, t0)
+    return np.array([(t1[i] * t2).sum() for i in range(len(t1))])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_batched_sum_adds_in_each_iterations_order(dtype):
-    # each iteration summed a fresh 1-D array pairwise; the batch, laid out as its strided
-    # input, would be summed across rows: it is made C-ordered first
+@pytest.mark.parametrize("fn", [l1_between_columns, weighted_by_columns])
+def test_a_batched_sum_adds_in_each_iterations_order(dtype, fn):
+    # each iteration summed a fresh array in its memory order (pairwise); the batch, laid
+    # out as its strided inputs, would be summed across rows: each batch element is laid
+    # out as that iteration's array was first (kiln.Contiguous)
     c = RNG.uniform(-4, 4, (5, 4)).astype(dtype)
-    g = optimized(l1_between_columns, c)
+    g = optimized(fn, c)
     assert "kiln.Contiguous" in ops(g) and ops(g).count("ReduceSum") == 1, ops(g)
     for _ in range(20):
         y = RNG.uniform(-4, 4, (5, 4)).astype(dtype)
-        np.testing.assert_array_equal(run(g, y)[0], l1_between_columns(y), strict=True)
+        np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -150,6 +150,22 @@ def batching_rule(opdef: OpDef) -> BatchRule | None:
     return None
 
 
+def _more_batch_axes_fn(
+    builder: NodeBuilder,
+    op: str,
+    inputs: Sequence[Any],
+    batched: Sequence[bool],
+    attrs: Mapping[str, Any],
+) -> Sequence[Any] | None:
+    if not _only_first_batched(batched):
+        return None
+    return builder.add(op, list(inputs), {**attrs, "batch_axes": attrs["batch_axes"] + 1})
+
+
+# ``kiln.Contiguous``: one more leading axis indexes the batch elements it lays out.
+more_batch_axes = BatchRule(_more_batch_axes_fn)
+
+
 # Reductions whose floating-point result depends on the order NumPy adds or multiplies in,
 # which follows the array's memory layout.
 _ORDERED_REDUCTIONS = frozenset(
@@ -205,10 +221,10 @@ def _axes_input_fn(output_rank: bool) -> BatchFn:
             return None  # the operator's own error, raised by the unbatched node
         shifted = [a % within + 1 if within else 1 for a in given]
         if op in _ORDERED_REDUCTIONS and _floating(data):
-            # NumPy adds a C-ordered array's elements pairwise along its last axis but a
-            # strided one's across rows; each iteration reduced a fresh C-ordered array (a
-            # 1-D one in any layout): the batch must be C-ordered too (fuzz 38:3804)
-            (data,) = builder.add("kiln.Contiguous", [data])
+            # NumPy adds a contiguous array's elements pairwise in memory order but a strided
+            # one's across rows; each iteration reduced a fresh contiguous array, laid out as
+            # its inputs were: so is each batch element (fuzz 38:3804, 40:3985)
+            (data,) = builder.add("kiln.Contiguous", [data], {"batch_axes": 1})
         return builder.add(op, [data, _const(builder, shifted), *inputs[2:]], attrs)
 
     return fn

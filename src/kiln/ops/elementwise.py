@@ -556,6 +556,7 @@ def unary(
     engine_limits: Mapping[str, EngineLimit] | None = None,
     domain: str = "",
     expand: ExpandFn | None = None,
+    batch: batching.BatchRule | None = None,
 ) -> OpDef:
     """Register a one-input elementwise operator whose output has the input's shape.
 
@@ -598,6 +599,7 @@ def unary(
             engine_limits=float64_differs(engine_limits, **FLOAT64_ULPS.get(name, {})),
             domain=domain,
             expand=expand,
+            batch=batch,
         )
     )
 
@@ -767,10 +769,20 @@ unary(
 )
 
 
-def _contiguous(x: np.ndarray) -> np.ndarray:
-    """``x`` itself when C-ordered, else a C-ordered copy (0-d stays 0-d, unlike
-    ``np.ascontiguousarray``)."""
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+def _contiguous(x: np.ndarray, *, batch_axes: int = 1) -> np.ndarray:
+    """``x`` laid out one batch element (an index into its first ``batch_axes`` axes) after
+    another, each contiguous with its axes in the order of ``x``'s strides (largest first;
+    ties keep their order): ``x`` itself when it already is, else a copy seen through a
+    transpose back."""
+    lead = min(batch_axes, x.ndim)
+    if x.ndim - lead <= 0:
+        return x
+    rest = sorted(range(lead, x.ndim), key=lambda a: -abs(x.strides[a]))
+    order = (*range(lead), *rest)
+    moved = x.transpose(order)
+    if moved.flags.c_contiguous:
+        return x
+    return np.ascontiguousarray(moved).transpose(np.argsort(order))
 
 
 def _identity_expand(
@@ -781,18 +793,22 @@ def _identity_expand(
 
 unary(
     "Contiguous",
-    "The input, laid out in C order (NumPy's ascontiguousarray: no copy when it already is). "
-    "Values are unchanged; the order a later sum adds them in is NumPy's for a C-ordered "
-    "array (the loop vectorizer puts one before a batched float reduction, whose "
-    "per-iteration arrays were fresh C-ordered ones). ONNX form: Identity.",
+    "The input, laid out one batch element (an index into its first ``batch_axes`` axes) "
+    "after another, each contiguous with its axes in the order of the input's strides (no "
+    "copy when it already is). Values "
+    "are unchanged; the order a later sum adds them in is NumPy's for such arrays: the loop "
+    "vectorizer puts one before a batched float reduction, each of whose iterations reduced "
+    "a fresh contiguous array laid out as its inputs were. ONNX form: Identity.",
     _contiguous,
     ALL,
+    attrs={"batch_axes": Attr("int", 1)},
     io_names=("input", "output"),
     sample_dtypes=(dtypes.float32, dtypes.int64, dtypes.bool_),
-    reference=lambda x: x.copy(),
+    reference=lambda x, **attrs: x.copy(),
     bit_exact=True,
     domain="kiln",
     expand=_identity_expand,
+    batch=batching.more_batch_axes,
 )
 unary(
     "Neg",
