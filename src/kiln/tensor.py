@@ -123,7 +123,9 @@ class Tensor:
         dtype('float32')
     """
 
-    __slots__ = ("_data", "_meta", "_trace", "__weakref__")
+    # (``_array``, set only on a 0-d tensor that stands for a 0-d NumPy *array* rather than
+    # the NumPy scalar a 0-d value almost always is: read with getattr, default False)
+    __slots__ = ("_data", "_meta", "_trace", "_array", "__weakref__")
     __array_priority__ = 1000  # ndarray <op> Tensor defers to Tensor's reflected operator
     __hash__ = None  # type: ignore[assignment]  # like ndarray: == is elementwise
 

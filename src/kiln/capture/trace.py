@@ -1189,6 +1189,10 @@ def record(
         data = None if leaf is None else (leaf._data if isinstance(leaf, Tensor) else leaf)
         t = tracer.add_input(slot.name, slot.type, data)
         make = None if standins is None else standins.get(slot.index)
+        if make is None and type(leaf) is np.ndarray and leaf.ndim == 0:
+            # a 0-d array argument, not the NumPy scalar a 0-d value usually is (a scalar
+            # argument made an input has a stand-in)
+            t._array = True
         new_leaves[slot.index] = t if make is None else make(t)
     call_args, call_kwargs = rebuild(new_leaves)
     # np.zeros, np.arange, np.array, ... called by the function create recording tensors

@@ -345,10 +345,13 @@ _SCALAR_POW_DTYPES = frozenset({dtypes.float16, dtypes.float32, dtypes.float64})
 
 def _zero_d(v: Any) -> bool:
     """Whether ``v`` is a scalar operand: a 0-d tensor (what a NumPy program holds as a
-    scalar, almost always), a NumPy or Python number. A NumPy array, even 0-d, is an array:
-    ``np.float32(2) ** np.array(1.7, np.float32)`` is the array loop's."""
-    if isinstance(v, (Tensor, np.generic)):
-        return v.ndim == 0
+    scalar, almost always: not one marked as a 0-d array, ``Tensor._array``), a NumPy or
+    Python number. A NumPy array, even 0-d, is an array: ``np.float32(2) ** np.array(1.7,
+    np.float32)`` is the array loop's."""
+    if isinstance(v, Tensor):
+        return v.ndim == 0 and not getattr(v, "_array", False)
+    if isinstance(v, np.generic):
+        return True
     return isinstance(v, (bool, int, float))
 
 

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -476,6 +477,33 @@ def _complex_via_numpy(method: Callable[..., Any], numpy_fn: Callable[..., Any])
     return forward
 
 
+# Methods whose result is a NumPy *array* where NumPy's is (``ndarray.T``, ``.copy()``,
+# ``.reshape(())``, ...): a 0-d result stays marked as an array when this tensor is one (a 0-d
+# array argument of a compiled function), and ``reshape``/``squeeze`` of a tensor with axes
+# make one. Only ``**`` reads the mark: two NumPy scalars use libm's pow, an array operand
+# the array loop (fuzz 36:1874).
+_ARRAY_RESULTS = {
+    "astype": False,
+    "copy": False,
+    "transpose": False,
+    "swapaxes": False,
+    "reshape": True,
+    "squeeze": True,
+}
+
+
+def _keeps_array(method: Callable[..., Any], from_axes: bool) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = method(self, *args, **kwargs)
+        if type(out) is Tensor and out.ndim == 0:
+            if getattr(self, "_array", False) or (from_axes and self.ndim > 0):
+                out._array = True
+        return out
+
+    return wrapper
+
+
 def set_tensor_methods() -> None:
     """Attach the operators, NumPy protocols, methods and properties above to ``Tensor``.
 
@@ -493,9 +521,13 @@ def set_tensor_methods() -> None:
     for name, method in {**_OPERATORS, **_METHODS, **_SHIFTS, **inplace.INPLACE_OPERATORS}.items():
         if name in _COMPLEX_VIA_NUMPY:
             method = _complex_via_numpy(method, _COMPLEX_VIA_NUMPY[name])
+        if name in _ARRAY_RESULTS:
+            method = _keeps_array(method, _ARRAY_RESULTS[name])
         planned = _PLANNED.get(name)
         if planned is not None:  # ``t[index]`` always has two arguments: the binary wrapper
             method = eager_plan(planned, binary=name == "__getitem__")(method)
         setattr(Tensor, name, method)
     for name, getter in _PROPERTIES.items():
+        if name == "T":
+            getter = _keeps_array(getter, False)
         setattr(Tensor, name, property(getter))
