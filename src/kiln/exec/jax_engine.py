@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 __all__ = [
     "JaxPlan",
     "LOWERINGS",
+    "ROUNDING_CHECKS",
+    "contracts",
+    "flushes",
     "FirstOutputs",
     "available",
     "unsupported_ops",
@@ -220,6 +223,11 @@ def _narrows(node: Node) -> bool:
     source = node.inputs[0]
     before = _EXPONENT_RANGE.get(source.dtype.name) if source is not None else None
     return before is not None and _EXPONENT_RANGE[node.outputs[0].dtype.name] < before
+
+
+# XLA's own ways of rounding otherwise than NumPy beyond each operator's record: what the
+# automatic choice (kiln.exec.select.rounding_differs) and a forced jax engine both ask.
+ROUNDING_CHECKS = (contracts, flushes)
 
 
 def available() -> bool:
@@ -1150,7 +1158,7 @@ class JaxPlan(Plan):
                     f"constant {c.value.name!r} holds a subnormal number, which XLA flushes to "
                     "zero. Use engine='numpy' (or engine=None to let kiln choose)"
                 )
-        refuse_rounding(graph, "jax", contracts, flushes)
+        refuse_rounding(graph, "jax", *ROUNDING_CHECKS)
         self.graph = graph
         self.checker = InputChecker(graph)
         self.check_inputs: Callable[[Any], list[np.ndarray]] = self.checker

@@ -212,9 +212,9 @@ def rounding_differs(graph: ModelGraph, engine: str) -> str | None:
     if why is not None:
         return why
     if engine == "jax":
-        from .jax_engine import contracts, flushes
+        from .jax_engine import ROUNDING_CHECKS
 
-        return contracts(graph) or flushes(graph)
+        return next((w for w in (check(graph) for check in ROUNDING_CHECKS) if w), None)
     return None
 
 

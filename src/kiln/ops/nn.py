@@ -131,34 +131,10 @@ def _softmax_infer(op: str) -> Callable[..., list[TensorType]]:
     return infer
 
 
-def _softmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
-    (work,) = _floats(x)
-    if x.shape[axis] == 0:
-        return np.empty(x.shape, x.dtype)
-    # One buffer, as NumPy code writing its steps in place: exp never overflows.
-    e = np.subtract(work, work.max(axis=axis, keepdims=True))
-    np.exp(e, out=e)
-    e /= e.sum(axis=axis, keepdims=True)
-    return e.astype(x.dtype, copy=False)
-
-
-def _log_softmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
-    (work,) = _floats(x)
-    if x.shape[axis] == 0:
-        return np.empty(x.shape, x.dtype)
-    shifted = np.subtract(work, work.max(axis=axis, keepdims=True))
-    lse = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
-    shifted -= lse
-    return shifted.astype(x.dtype, copy=False)
-
-
-def _softmax_into(
-    x: np.ndarray, *, axis: int, log: bool, out: np.ndarray | None = None
-) -> np.ndarray:
-    """(Log)softmax of a float32/float64 ``x`` written into ``out`` (which may be ``x``
-    itself): the kernels' steps, in one buffer."""
-    if out is None:
-        return (_log_softmax_kernel if log else _softmax_kernel)(x, axis=axis)
+def _softmax_steps(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> np.ndarray:
+    """(Log)softmax of a float32/float64 ``x`` along ``axis``, computed in ``out`` (which may
+    be ``x`` itself), one buffer as NumPy code writing its steps in place: the maximum is
+    subtracted first, so exp never overflows."""
     if x.shape[axis] == 0:
         return out
     np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
@@ -168,6 +144,24 @@ def _softmax_into(
         np.exp(out, out=out)
         out /= out.sum(axis=axis, keepdims=True)
     return out
+
+
+def _softmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    (work,) = _floats(x)
+    return _softmax_steps(work, axis, False, np.empty_like(work)).astype(x.dtype, copy=False)
+
+
+def _log_softmax_kernel(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    (work,) = _floats(x)
+    return _softmax_steps(work, axis, True, np.empty_like(work)).astype(x.dtype, copy=False)
+
+
+def _softmax_into(
+    x: np.ndarray, *, axis: int, log: bool, out: np.ndarray | None = None
+) -> np.ndarray:
+    """(Log)softmax of a float32/float64 ``x`` written into ``out`` (which may be ``x``
+    itself), or into a new array."""
+    return _softmax_steps(x, axis, log, np.empty_like(x) if out is None else out)
 
 
 def _softmax_fast(log: bool) -> NodeRule[KernelCall | None]:
