@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import dtype_from_onnx_code
+from ..dtypes import dtype_from_onnx_code, is_floating
 from ..errors import DeviceUnavailableError, EngineError, KilnError, UnsupportedOperationError
 from ..ir.builder import expand_node
 from ..ops.control import subgraph_attrs
@@ -183,8 +183,9 @@ def flushes(graph: ModelGraph) -> str | None:
                 if why is not None:
                     return f"node {node.name!r} ({node.op}, {key}): {why}"
             continue
-        floats = [v for v in node.outputs if v.dtype.kind == "f" or v.dtype.name == "bfloat16"]
-        if not floats or node.op in _NO_UNDERFLOW or opdef.has(LAYOUT):
+        if not any(is_floating(v.dtype) for v in node.outputs):
+            continue
+        if node.op in _NO_UNDERFLOW or opdef.has(LAYOUT):
             continue
         if node.op in ("Cast", "CastLike") and not _narrows(node):
             continue

@@ -483,6 +483,7 @@ def _complex_via_numpy(method: Callable[..., Any], numpy_fn: Callable[..., Any])
 # make one. Only ``**`` reads the mark: two NumPy scalars use libm's pow, an array operand
 # the array loop (fuzz 36:1874).
 _ARRAY_RESULTS = {
+    "T": False,
     "astype": False,
     "copy": False,
     "transpose": False,
@@ -528,6 +529,6 @@ def set_tensor_methods() -> None:
             method = eager_plan(planned, binary=name == "__getitem__")(method)
         setattr(Tensor, name, method)
     for name, getter in _PROPERTIES.items():
-        if name == "T":
-            getter = _keeps_array(getter, False)
+        if name in _ARRAY_RESULTS:
+            getter = _keeps_array(getter, _ARRAY_RESULTS[name])
         setattr(Tensor, name, property(getter))

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import is_complex, is_floating
 from .registry import ELEMENTWISE, BatchFn, NodeBuilder, OpDef
 
 __all__ = [
@@ -176,10 +177,6 @@ _ORDERED_REDUCTIONS = frozenset(
 )
 
 
-def _floating(v: Any) -> bool:
-    return bool(v.dtype.kind in "fc" or v.dtype.name == "bfloat16")
-
-
 def _only_first_batched(batched: Sequence[bool]) -> bool:
     return bool(batched[0]) and not any(batched[1:])
 
@@ -220,7 +217,7 @@ def _axes_input_fn(output_rank: bool) -> BatchFn:
         if any(not -within <= a < within for a in given):
             return None  # the operator's own error, raised by the unbatched node
         shifted = [a % within + 1 if within else 1 for a in given]
-        if op in _ORDERED_REDUCTIONS and _floating(data):
+        if op in _ORDERED_REDUCTIONS and (is_floating(data.dtype) or is_complex(data.dtype)):
             # NumPy adds a contiguous array's elements pairwise in memory order but a strided
             # one's across rows; each iteration reduced a fresh contiguous array, laid out as
             # its inputs were: so is each batch element (fuzz 38:3804, 40:3985)
