@@ -87,15 +87,40 @@ def test_result_structures_keep_their_containers_and_static_leaves(dynamic):
             check_numpy(g, w, x, y)
 
 
-def test_returned_inputs_and_repeated_results_are_fresh_copies():
-    f = kiln.compile(lambda x: (x, x.T.T, x + 1, x + 1))
-    x = np.ones(3, F32)
+def test_views_of_inputs_and_repeated_results_are_fresh_copies():
+    f = kiln.compile(lambda x: (x.T.T, x[1:], x + 1, x + 1))
+    x = np.ones((3, 2), F32)
     for _ in range(2):
         got = f(x)
         for g in got:
             assert type(g) is np.ndarray and g.flags.writeable
             assert not np.shares_memory(g, x)
         assert not np.shares_memory(got[2], got[3])
+
+
+@pytest.mark.parametrize("kind", ["numpy", "tensor"])
+def test_a_result_that_is_an_input_is_the_callers_own_object(kind):
+    """As NumPy: ``return out`` after writing into it, or ``return x``, hands back the caller's
+    array itself on every path (capture, quick replay, full replay), written as NumPy left it."""
+
+    def into(a, b, out):
+        np.multiply(a, b, out=out)
+        np.clip(out, -1.0, 1.0, out=out)
+        return out, a, a + b
+
+    wrap = kiln.asarray if kind == "tensor" else (lambda v: v)
+    f = kiln.compile(into)
+    rng = np.random.default_rng(0)
+    for call in range(4):
+        a, b = rng.normal(size=(5, 3)) * 3, rng.normal(size=3)
+        out = np.full((5, 3), np.nan)
+        ta, tb, tout = wrap(a), wrap(b), wrap(out)
+        got = f(ta, tb, tout) if call < 3 else f(ta, tb, out=tout)  # keyword: the full path
+        assert got[0] is tout and got[1] is ta
+        assert not np.shares_memory(np.asarray(got[2]), a)
+        np.testing.assert_array_equal(np.asarray(tout), np.clip(a * b, -1.0, 1.0))
+        np.testing.assert_array_equal(np.asarray(got[2]), a + b)
+    assert f.cache_info().captures == 2  # positional, then the keyword structure
 
 
 def test_kiln_tensors_in_give_kiln_tensors_out_and_mixed_calls_give_tensors():

@@ -151,3 +151,30 @@ def test_donated_contents_returned_too_are_a_copy():
     assert written is out and not np.shares_memory(result, out)
     np.testing.assert_array_equal(result, np.clip(signal * gain, -1, 1))
     np.testing.assert_array_equal(out, result)
+
+
+def test_an_unread_output_is_handed_out_as_none_without_a_copy():
+    """The result that is the caller's own array (``return np.clip(..., out=out)``): the
+    compiled call hands the caller's array back, so the run need not copy that output."""
+    make = lambda: (RNG.standard_normal((6, 2)), np.array([0.5, 3.0]), np.zeros((6, 2)))  # noqa: E731
+    graph = _captured(clip_into, make)
+    plan = CpuPlan(graph)
+    k = graph.output_names.index("mutated.out")
+    run = plan.donating({k: graph.input_names.index("out")}, unread=[1 - k])
+    assert run is not None
+    signal, gain, out = make()
+    outs = run([signal, gain, out])
+    assert outs[1 - k] is None and outs[k] is out
+    np.testing.assert_array_equal(out, np.clip(signal * gain, -1, 1))
+
+
+def test_unread_outputs_alone_make_a_run_without_donation():
+    graph = _captured(read_after, lambda: (RNG.standard_normal(6).astype(np.float32),))
+    plan = CpuPlan(graph)
+    assert plan.donating({}) is None
+    run = plan.donating({}, unread=[0])
+    assert run is not None
+    x = RNG.standard_normal(6).astype(np.float32)
+    outs = run([x])
+    assert outs[0] is None
+    np.testing.assert_array_equal(outs[1], x + 1)

@@ -12,7 +12,7 @@ import pytest
 
 import kiln
 from kiln.ops.dispatch import run_kernel
-from kiln.ops.registry import TensorType, all_ops
+from kiln.ops.registry import NEW_ARRAY, TensorType, all_ops
 from kiln.symbolic import SymDim
 from kiln.tensor import dispatch
 
@@ -90,3 +90,27 @@ def test_no_output_views_an_input_read_for_its_values(op, sample) -> None:
         if formal.values_only and x is not None:
             for out in produced:
                 assert not np.shares_memory(np.asarray(out), x), (op.name, k)
+
+
+NEW_ARRAYS = [
+    pytest.param(op, sample, id=f"{op.qualified_name}-{i}-{sample.name}")
+    for op in all_ops()
+    if op.has(NEW_ARRAY)
+    for i, sample in enumerate(op.samples())
+]
+
+
+@pytest.mark.parametrize("op, sample", NEW_ARRAYS)
+def test_a_new_array_kernel_never_returns_an_input_or_a_view_of_one(op, sample) -> None:
+    # NEW_ARRAY lets the NumPy plan write into such a result in place (a mask write into a
+    # scatter's result): the kernel must allocate every output.
+    produced = run_kernel(op, list(sample.inputs), op.bind_attrs(sample.attrs))
+    for out in produced:
+        for x in sample.inputs:
+            if x is not None and np.asarray(out).size and np.asarray(x).size:
+                assert not np.shares_memory(np.asarray(out), x), op.name
+
+
+def test_new_array_operators_are_marked() -> None:
+    marked = {op.name for op in all_ops() if op.has(NEW_ARRAY)}
+    assert {"ScatterND", "ScatterElements", "Concat", "Gather", "TopK"} <= marked

@@ -352,7 +352,7 @@ class CompiledFunction:
                         capture.last_used = call
                         return self._eager(args, kwargs, tensors_in)
                     try:
-                        result = replay.serve(flat[0], tensors_in)
+                        result = replay.serve(flat[0], tensors_in, args)
                     except AliasedWrite:
                         return self._eager(args, kwargs, tensors_in)
                     except ReplayMiss as exc:
@@ -415,7 +415,7 @@ class CompiledFunction:
             capture.last_used = call
             return self._eager(signature.args, signature.kwargs, tensors_in)
         try:
-            result = replay.serve(signature.arrays, tensors_in)
+            result = replay.serve(signature.arrays, tensors_in, signature.leaves)
         except AliasedWrite:
             return self._eager(signature.args, signature.kwargs, tensors_in)
         except ReplayMiss as exc:

@@ -230,7 +230,16 @@ def _record_capture(
     # (x.T.T, returning a weight, (y, y)); like the replay's outputs (see
     # kiln.exec.plan.output_copies) the capture call's results never alias. One copy of the
     # outputs on the capture call, which already costs a recording.
-    served = outputs.rebuild([Tensor._wrap(np.array(t._data)) for t in tensors])
+    returned = _returned_inputs(tracer, tensors, slots, signature)
+    tensors_in = Tensor in map(type, leaves)
+    served = outputs.rebuild(
+        [
+            _as_returned(leaves[returned[i][1]], tensors_in)
+            if i in returned
+            else Tensor._wrap(np.array(t._data))
+            for i, t in enumerate(tensors)
+        ]
+    )
     inputs = _captured_inputs(signature, slots, drift)
     if tracer.abandoned is not None:
         return served, Capture(inputs, eager_reason=tracer.abandoned)
@@ -272,8 +281,17 @@ def _record_capture(
                 + [np.asarray(g.expected) for g in guards]
                 + [after[i] for i, _ in tracer.write_backs],
             )
+        given_back = tuple((i, position, leaf) for i, (position, leaf) in returned.items())
         replay = _finalize(
-            graph, options, outputs, len(tensors), guards, reference, reads, tracer.write_backs
+            graph,
+            options,
+            outputs,
+            len(tensors),
+            guards,
+            reference,
+            reads,
+            tracer.write_backs,
+            given_back,
         )
         with _stage("preparing the replay"):
             explicit = graph.input_values[: len(slots)]
@@ -283,6 +301,35 @@ def _record_capture(
     except _StageFailed as failed:
         return served, Capture(inputs, failure=failed.describe(slots))
     return served, Capture(inputs, graph, replay, pins=pins, buffers=buffers)
+
+
+def _returned_inputs(
+    tracer: _CaptureTracer,
+    tensors: Sequence[Tensor],
+    slots: Sequence[InputSlot],
+    signature: CallSignature,
+) -> dict[int, tuple[int, int]]:
+    """The results that are the call's own input arrays (``return out`` after
+    ``np.add(a, b, out=out)``, ``return x``): NumPy returns the caller's array object itself,
+    so the compiled call does too. Result index -> (graph input position, leaf index). Not
+    for a big-endian input (the graph ran on a native copy)."""
+    found: dict[int, tuple[int, int]] = {}
+    converted = {id(copy) for _, copy in signature.converted or ()}
+    positions = {id(t): k for k, (t, _) in enumerate(tracer.input_tensors[: len(slots)])}
+    for i, t in enumerate(tensors):
+        k = positions.get(id(t))
+        if k is None:
+            continue
+        leaf = signature.leaves[slots[k].index]
+        if type(leaf) in (np.ndarray, Tensor) and id(leaf) not in converted:
+            found[i] = (k, slots[k].index)
+    return found
+
+
+def _as_returned(leaf: Any, tensors_out: bool) -> Any:
+    """The caller's input ``leaf`` as a result of the call's kind: itself, or a kiln tensor over
+    a NumPy array when the call passed kiln tensors."""
+    return Tensor._wrap(leaf) if tensors_out and type(leaf) is np.ndarray else leaf
 
 
 def _check_written_inputs(
@@ -422,6 +469,7 @@ def _finalize(
     reference: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     reads: ImplicitReads | None = None,
     write_backs: Sequence[tuple[int, int]] = (),
+    returned: Sequence[tuple[int, int, int]] = (),
 ) -> Replay:
     """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
     is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
@@ -443,7 +491,9 @@ def _finalize(
             with selection_reference(*reference, background=True):
                 graph.finalize()
     with _stage("preparing the replay"):
-        return _replay(graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs)
+        return _replay(
+            graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs, returned
+        )
 
 
 def _replay(
@@ -455,30 +505,36 @@ def _replay(
     dynamic: bool,
     reads: ImplicitReads | None = None,
     write_backs: Sequence[tuple[int, int]] = (),
+    returned: Sequence[tuple[int, int, int]] = (),
 ) -> Replay:
     """The replay of the finalized ``graph``: everything decided ahead of the calls. With
     implicit ``reads``, the replay appends the implicit inputs, read at the call, to the call's
-    arrays (the graph takes them after the explicit ones; a write-back may go into them)."""
+    arrays (the graph takes them after the explicit ones; a write-back may go into them).
+    ``returned``: (output, input position, leaf index) of each result that is the caller's
+    own input array, handed back as it is (the run need not copy it out)."""
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
     run_unchecked: Runner | None = None
+    check: Runner | None = None
     if options.specialize is True and dynamic:
         run = _specializing_runner(graph, options.optimize, options.defaults)
     else:
         run_arrays = program.run_arrays
         donating = getattr(getattr(program, "plan", None), "donating", None)
-        if write_backs and not guards and donating is not None:
+        if (write_backs or returned) and not guards and donating is not None:
             # The written inputs' buffers are lent to the run (the NumPy plan's donation):
             # their new contents are computed in place, and the write-back has nothing to copy.
             # Not with value guards: a guard that fails must find the inputs as they were.
-            run_arrays = donating({output: position for position, output in write_backs})
+            # The results that are the caller's own inputs are not copied out.
+            donate = {output: position for position, output in write_backs}
+            run_arrays = donating(donate, [output for output, _, _ in returned])
             run_arrays = run_arrays or program.run_arrays
         run = _checked_runner(program.check_inputs, run_arrays)
+        run_unchecked, check = run_arrays, program.check_inputs
         if not dynamic and options.specialize is not True and not graph.shape_guards:
             explicit = graph.input_values[: len(graph.input_values) - len(reads or ())]
             static_shapes = tuple(tuple(int(d) for d in v.shape) for v in explicit)
-            run_unchecked = run_arrays
     single = outputs.spec.is_leaf() and outputs.tensor_positions == (0,)
     precheck = None
     if reads is not None and reads.draws:
@@ -490,15 +546,26 @@ def _replay(
         guards=guards,
         static_shapes=static_shapes,
         run_unchecked=run_unchecked,
-        one_tensor=single and not guards and not write_backs,
+        check=check,
+        one_tensor=single and not guards and not write_backs and not returned,
         container=_flat_container(outputs, n_outputs),
         write_backs=tuple(write_backs),
+        returned=tuple(returned),
         fetch=reads.fetch if reads else None,
         precheck=precheck,
         remake=None
         if options.specialize is True and dynamic
         else functools.partial(
-            _replay, graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs
+            _replay,
+            graph,
+            options,
+            outputs,
+            n_outputs,
+            guards,
+            dynamic,
+            reads,
+            write_backs,
+            returned,
         ),
     )
 

@@ -100,13 +100,19 @@ class Replay:
         guards: The value guards.
         static_shapes: For a static graph, its input shapes: the key already matched dtypes and
             ranks, so comparing shapes is the whole guard, and ``run_unchecked`` runs the plan.
-        run_unchecked: The plan's run without its input check (static graphs only).
+        run_unchecked: The plan's run without its input check (None for a graph specialized
+            per shape set).
+        check: The plan's input check (raises :class:`InputMismatchError`), run before
+            ``run_unchecked`` by a dynamic graph's quick path; None when that is None.
         one_tensor: The result is exactly one tensor and there are no value guards.
         container: ``list`` or ``tuple`` when the result is a flat one of tensors.
         write_backs: (input position, graph output) for each input the function writes
             into: after the guards pass, the output's contents are copied into the caller's
             array, which leaves it as eager NumPy would. An implicit input (a closure's,
             global's or attribute's array) is written back into the array read at the call.
+        returned: (output, input position, leaf index) of each result that is the caller's
+            own input array (``return out`` after writing into it): NumPy hands back the same
+            object, and so does the replay (the run leaves that output None when it can).
         fetch: Reads the implicit inputs at each call (the arrays the function reaches
             without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
             graph takes after the call's own; None when it takes none.
@@ -123,17 +129,21 @@ class Replay:
     guards: tuple[ValueGuard, ...] = ()
     static_shapes: tuple[tuple[int, ...], ...] | None = None
     run_unchecked: Runner | None = None
+    check: Runner | None = None
     one_tensor: bool = False
     container: type | None = None
     write_backs: tuple[tuple[int, int], ...] = ()
+    returned: tuple[tuple[int, int, int], ...] = ()
     fetch: Callable[[], list[np.ndarray]] | None = None
     precheck: Callable[[list[np.ndarray]], None] | None = None
     remake: Callable[[], Replay] | None = field(default=None, compare=False, repr=False)
 
-    def serve(self, arrays: list[np.ndarray], tensors_out: bool) -> Any:
+    def serve(self, arrays: list[np.ndarray], tensors_out: bool, leaves: Sequence[Any] = ()) -> Any:
         """The result of the capture's graph on the call's input ``arrays``: fresh, writable
         NumPy arrays (the plan's outputs, which never alias), or kiln tensors over them when
         ``tensors_out`` (the call passed a kiln tensor: SPEC section 5, NumPy in, NumPy out).
+        A result that is one of the caller's inputs is that input itself, from the call's
+        flat ``leaves`` (a kiln tensor stays the caller's tensor), else from ``arrays``.
 
         Raises:
             ShapeDrift: The arrays do not fit the graph's input shapes.
@@ -158,7 +168,7 @@ class Replay:
                     raise self._unchecked(exc) from exc
                 if self.one_tensor:
                     return Tensor._wrap(outs[0]) if tensors_out else outs[0]
-                return self._result(outs, tensors_out, arrays)
+                return self._result(outs, tensors_out, arrays, leaves)
         try:
             outs = self.run(arrays)
         except InputMismatchError as mismatch:
@@ -167,7 +177,7 @@ class Replay:
             raise self._unchecked(exc) from exc
         if self.one_tensor:
             return Tensor._wrap(outs[0]) if tensors_out else outs[0]
-        return self._result(outs, tensors_out, arrays)
+        return self._result(outs, tensors_out, arrays, leaves)
 
     def _unchecked(self, error: Exception) -> Exception:
         """What a run that raised ``error`` raises: a :class:`GuardMiss` when the graph has
@@ -180,7 +190,13 @@ class Replay:
         guard = self.guards[0]
         return GuardMiss(guard, f"unchecked: the graph raised {type(error).__name__} first")
 
-    def _result(self, outs: list[np.ndarray], tensors_out: bool, arrays: list[np.ndarray]) -> Any:
+    def _result(
+        self,
+        outs: list[np.ndarray],
+        tensors_out: bool,
+        arrays: list[np.ndarray],
+        leaves: Sequence[Any] = (),
+    ) -> Any:
         for guard in self.guards:
             if not np.array_equal(outs[guard.output], guard.expected):
                 raise GuardMiss(guard, outs[guard.output])
@@ -191,6 +207,11 @@ class Replay:
         results: list[Any] = outs[: self.n_outputs]
         if tensors_out:
             results = [Tensor._wrap(a) for a in results]
+        for output, position, leaf in self.returned:  # the caller's own input array itself
+            given = leaves[leaf] if leaf < len(leaves) else arrays[position]
+            if tensors_out and type(given) is not Tensor:
+                given = Tensor._wrap(given)
+            results[output] = given
         container = self.container
         if container is not None:  # a flat list or tuple of results: no unflattening
             return results if container is list else tuple(results)
@@ -317,7 +338,18 @@ def quick_path(
         else:
             lines.append(f"    arrays = {listed}")
             lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
-    else:  # serve: implicit inputs, write-backs, the input check of a dynamic graph
+    elif replay.check is not None and not replay.fetch and not replay.write_backs:
+        # A dynamic graph: its input check, then its plan (Replay.serve explains a miss).
+        env["_Mismatch"] = InputMismatchError
+        lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
+        lines += ["    replay = _capture.replay", "    try:"]
+        lines += [f"        arrays = replay.check({listed})", "    except _Mismatch:"]
+        lines += ["        return _MISS", "    _capture.last_used = next(_calls)"]
+        if replay.one_tensor:
+            lines.append("    return replay.run_unchecked(arrays)[0]")
+        else:
+            lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
+    else:  # serve: implicit inputs, write-backs, a graph specialized per shape set
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
         lines += ["    try:", f"        result = _capture.replay.serve({listed}, False)"]
         lines += ["    except _ReplayMiss:", "        return _MISS"]

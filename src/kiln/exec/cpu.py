@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextvars
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from ..ops.folding import FOLDING_LIMITS
 from ..ops.reduce import topk_values
 from ..ops.registry import (
     ELEMENTWISE,
+    NEW_ARRAY,
     PURE,
     REDUCTION,
     SHAPE_ONLY,
@@ -160,8 +161,8 @@ def _choose(node: Node) -> KernelCall:
         if fast is not None:
             return fast
     # A registry kernel may hand back a view of an input (Identity, Expand, ...); a reduction's
-    # result is always a new array.
-    view = not opdef.has(REDUCTION)
+    # result, and a NEW_ARRAY kernel's (a scatter, Concat, Gather), is always a new array.
+    view = not (opdef.has(REDUCTION) or opdef.has(NEW_ARRAY))
     if attrs:
         return KernelCall(_call_template(len(ins), kwargs=True), (kernel, attrs), returns_view=view)
     return KernelCall(_call_template(len(ins)), (kernel,), returns_view=view)
@@ -206,24 +207,26 @@ class CpuPlan(Plan):
         self.check_inputs: Callable[[Any], list[np.ndarray]] = _fast_checker(self.checker)
 
     def donating(
-        self, donate: Mapping[int, int]
+        self, donate: Mapping[int, int], unread: Collection[int] = ()
     ) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
         """A ``run_arrays`` that may use the buffer of input ``donate[k]`` as its own, for
         output ``k``: the input's new contents (a compiled function's write-back), of its
         dtype and shape. Steps then compute in place in the input (``out=``, in-place writes)
         wherever they could in a buffer of their own; when output ``k`` ends up there, the run
-        returns the input array itself as it (the replay then has nothing to copy back). None
-        when no step would write into any of them (``run_arrays`` is as good).
+        returns the input array itself as it (the replay then has nothing to copy back). The
+        outputs ``unread`` (by index) come back as None, uncopied: the caller does not read
+        them (a result that is the caller's own input array). None when no step would write
+        into a donated input and no output is unread (``run_arrays`` is as good).
 
         The input is written only by a step after every read of it (or of a view of it), and
         after which no step can raise: a run that fails leaves the caller's array as it was;
         a run that succeeds leaves it for the caller's write-back to complete. Only
         ``run_arrays`` itself is the plan's pure run.
         """
-        writer = _PlanWriter(self.graph, donate)
+        writer = _PlanWriter(self.graph, donate, unread)
         for index, node in enumerate(self.graph.nodes):
             writer.add_node(index, node)
-        if not writer.lent:
+        if not writer.lent and not unread:
             return None
         source, namespace = writer.finish()
         env: dict[str, Any] = {}
@@ -304,8 +307,14 @@ class _PlanWriter:
     ``allocated`` the values a call computes into a buffer of its own (for the outputs' copies).
     """
 
-    def __init__(self, graph: ModelGraph, donate: Mapping[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        graph: ModelGraph,
+        donate: Mapping[int, int] | None = None,
+        unread: Collection[int] = (),
+    ) -> None:
         self.graph = graph
+        self.unread = frozenset(unread)  # outputs (by index) handed out as None
         self.names: dict[int, str] = {}
         self.binds: dict[str, Any] = {}
         self.known: dict[int, np.ndarray] = {}
@@ -727,7 +736,7 @@ class _PlanWriter:
             self._wrote(index, node.outputs[0], target)
         elif node.op == "Identity" and node.inputs[0] is not None:
             self._wrote(index, node.outputs[0], node.inputs[0])  # the kernel returns its input
-        self._assign(node, out_names, text)
+        self._assign(node, out_names, text, wrap=sized is None)
         if sized is not None and node.op != "Slice":
             self.sized.update(out_names)
         if not call.returns_view and into_concat is None:  # (a slice of a Concat is not)
@@ -816,8 +825,9 @@ class _PlanWriter:
     def _from_sizes(self, node: Node) -> KernelCall | None:
         """``node`` computed from the inputs' sizes, where its recorded types say how: a small
         integer result whose contents are known as expressions of symbolic sizes (shape
-        arithmetic: ``Shape``, ``Mod``, ``Concat``, ... of a dynamic axis) becomes one
-        ``np.array([...])`` of those expressions, and a ``Slice`` whose bounds are such
+        arithmetic: ``Shape``, ``Mod``, ``Concat``, ... of a dynamic axis), or a ``Cast`` of
+        one to another number type (``x.sum(0) / x.shape[0]``), becomes one
+        ``np.array([...], dtype)`` of those expressions, and a ``Slice`` whose bounds are such
         expressions NumPy's basic slicing (a view), instead of a kernel per step. Only for
         nodes that cannot raise, and expressions that cannot either (no division by a size)."""
         if can_raise(node):
@@ -828,7 +838,13 @@ class _PlanWriter:
             return None
         out = node.outputs[0]
         value = out.type.value
-        if value is None or len(out.shape) > 1 or out.dtype.kind not in "iu":
+        if node.op == "Cast" and value is None and node.inputs[0] is not None:
+            value = node.inputs[0].type.value  # sizes cast to floats: exact below 2**53
+            if out.dtype.kind not in "iuf":
+                return None
+        elif value is None or out.dtype.kind not in "iu":
+            return None
+        if value is None or len(out.shape) > 1:
             return None
         if all(isinstance(d, int) for d in value) or len(value) > 16:
             return None
@@ -875,13 +891,14 @@ class _PlanWriter:
         except KeyError:
             return None
 
-    def _assign(self, node: Node, out_names: list[str], call: str) -> None:
-        """Write ``call``'s result(s) to the locals of ``node``'s outputs."""
+    def _assign(self, node: Node, out_names: list[str], call: str, wrap: bool = True) -> None:
+        """Write ``call``'s result(s) to the locals of ``node``'s outputs (a 0-d result through
+        ``np.asarray`` when ``wrap``: a ufunc on 0-d gives a scalar)."""
         opdef = get_op(node.op)
         single = len(opdef.outputs) == 1 and not opdef.variadic_outputs
         if single and len(node.outputs) == 1:
-            if len(node.outputs[0].shape) == 0:
-                call = f"_arr({call})"  # a ufunc on 0-d gives a scalar
+            if wrap and len(node.outputs[0].shape) == 0:
+                call = f"_arr({call})"
             self.lines.append(f"{out_names[0]} = {call}")
         else:
             self.lines.append(f"_r = _outs({call})")
@@ -1023,7 +1040,10 @@ class _PlanWriter:
             constant=lambda v: id(v) in self.known,
         )
         results = []
-        for v, copy in zip(self.graph.output_values, copies):
+        for index, (v, copy) in enumerate(zip(self.graph.output_values, copies)):
+            if index in self.unread:
+                results.append("None")
+                continue
             name = self.names[id(v)]
             buffer = self.buffer.get(id(v), id(v))
             if buffer in self.donors:

@@ -33,6 +33,7 @@ from ..symbolic import Dim, Shape, SymDim, format_shape, fresh_symbol
 from . import batching
 from .complex import COMPLEX
 from .registry import (
+    NEW_ARRAY,
     PURE,
     REDUCTION,
     Attr,
@@ -1149,7 +1150,7 @@ register(
         attrs={"axis": Attr("int", -1), "largest": Attr("int", 1), "sorted": Attr("int", 1)},
         infer=_topk_infer,
         kernel=_topk_kernel,
-        traits=frozenset({PURE}),
+        traits=frozenset({PURE, NEW_ARRAY}),
         samples=_topk_samples,
         since_version=11,
     )

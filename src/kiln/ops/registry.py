@@ -61,6 +61,7 @@ __all__ = [
     "DATA_DEPENDENT_SHAPE",
     "SHAPE_ONLY",
     "VIEW",
+    "NEW_ARRAY",
 ]
 
 # Traits.
@@ -76,6 +77,9 @@ SHAPE_ONLY = "shape_only"  # reads its inputs' shapes only, never their contents
 # return a view of its first input, and a write through the result reaches that input. Any
 # other operator's output never shares memory with its inputs (NumPy gives a new array).
 VIEW = "view"
+# The kernel always returns arrays it allocated (never an input, nor a view of one: checked on
+# every sample by tests/ops/test_samples.py): a plan may then write into its result in place.
+NEW_ARRAY = "new_array"
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from .folding import FOLDING_LIMITS
 from .registry import (
     DATA_DEPENDENT_SHAPE,
     LAYOUT,
+    NEW_ARRAY,
     PURE,
     SHAPE,
     SHAPE_ONLY,
@@ -935,7 +936,7 @@ register(
         attrs={"axis": Attr("int")},
         infer=_concat_infer,
         kernel=_concat_kernel,
-        traits=_LAYOUT,
+        traits=_LAYOUT | {NEW_ARRAY},
         batch=batching.concat,
         samples=_concat_samples,
     )
@@ -1334,7 +1335,7 @@ register(
         attrs={"axis": Attr("int", 0)},
         infer=_gather_infer,
         kernel=_gather_kernel,
-        traits=_LAYOUT,
+        traits=_LAYOUT | {NEW_ARRAY},
         batch=batching.gather,
         samples=_gather_samples,
         raises_on_values=_index_may_be_out_of_range,
@@ -1404,7 +1405,7 @@ register(
         attrs={"axis": Attr("int", 0)},
         infer=_gather_elements_infer,
         kernel=_gather_elements_kernel,
-        traits=_LAYOUT,
+        traits=_LAYOUT | {NEW_ARRAY},
         samples=_gather_elements_samples,
         raises_on_values=True,  # an index out of range raises IndexError
     )
@@ -1664,7 +1665,7 @@ register(
         attrs={"reduction": Attr("str", "none")},
         infer=_scatter_nd_infer,
         kernel=_scatter_nd_kernel,
-        traits=frozenset({PURE}),
+        traits=frozenset({PURE, NEW_ARRAY}),
         samples=_scatter_nd_samples,
         raises_on_values=True,  # an index out of range raises IndexError
         engine_limits=_ORT_SCATTER_ND,
@@ -1757,7 +1758,7 @@ register(
         attrs={"axis": Attr("int", 0), "reduction": Attr("str", "none")},
         infer=_scatter_elements_infer,
         kernel=_scatter_elements_kernel,
-        traits=frozenset({PURE}),
+        traits=frozenset({PURE, NEW_ARRAY}),
         samples=_scatter_elements_samples,
         raises_on_values=True,  # an index out of range raises IndexError
         engine_limits=_ORT_REDUCTION,
