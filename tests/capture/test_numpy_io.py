@@ -284,3 +284,63 @@ def test_explain_returns_text_a_repl_shows_once(capsys):
 
     kiln.explain(f, file=sys.stdout)
     assert capsys.readouterr().out == text + "\n"
+
+
+# Functions that may hand back their argument, a new view of it or a new array: NumPy's
+# choice is observable (a write into the result reaches the caller's array or not), and a
+# compiled call makes the same one, on the capture call and on replays.
+IDENTITY_CASES = [
+    "x",
+    "x[...]",
+    "x[:]",
+    "x[:, :]",
+    "x.T",
+    "x.transpose()",
+    "np.transpose(x, (0, 1))",
+    "x.swapaxes(0, 0)",
+    "np.moveaxis(x, 0, 0)",
+    "x.squeeze()",
+    "np.squeeze(x)",
+    "x.reshape(x.shape)",
+    "x.ravel()",
+    "x.conj()",
+    "np.conj(x)",
+    "np.trunc(x)",
+    "np.round(x)",
+    "x.round()",
+    "np.clip(x, None, None)",
+    "np.roll(x, 0)",
+    "np.flip(x, axis=())",
+    "x.astype(x.dtype)",
+    "x.astype(x.dtype, copy=False)",
+    "x.copy()",
+    "np.positive(x)",
+    "np.atleast_2d(x)",
+    "np.asarray(x)",
+    "np.ascontiguousarray(x)",
+    "np.asarray(x, dtype=x.dtype)",
+    "+x",
+]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64", "bool", "complex128"])
+@pytest.mark.parametrize("expr", IDENTITY_CASES)
+def test_a_result_is_the_argument_exactly_when_numpy_hands_it_back(expr, dtype):
+    fn = eval(f"lambda x: {expr}")  # noqa: S307 - the test's own expressions
+    base = np.arange(6).astype(dtype).reshape(2, 3)
+    x = base.copy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = fn(x)
+    except TypeError:
+        pytest.skip(f"NumPy refuses {expr} for {dtype}")
+    itself = want is x
+    f = kiln.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (an abandoned capture warns once)
+        for _ in range(3):
+            x = base.copy()
+            got = f(x)
+            assert (got is x) == itself, (expr, dtype)
+            np.testing.assert_array_equal(got, want)

@@ -311,13 +311,21 @@ def _returned_inputs(
 ) -> dict[int, tuple[int, int]]:
     """The results that are the call's own input arrays (``return out`` after
     ``np.add(a, b, out=out)``, ``return x``): NumPy returns the caller's array object itself,
-    so the compiled call does too. Result index -> (graph input position, leaf index). Not
-    for a big-endian input (the graph ran on a native copy)."""
+    so the compiled call does too. Result index -> (graph input position, leaf index). A
+    result is one when it is the input's recording tensor itself (kiln's functions never hand
+    back their argument where NumPy makes a new array or view: see
+    ``functions.operands.new_array``), or the input's own NumPy array, which a host conversion
+    gave back (``np.ascontiguousarray(x)``: the capture is abandoned, and its call returns
+    what NumPy would). Not for a big-endian input (the graph ran on a native copy)."""
     found: dict[int, tuple[int, int]] = {}
     converted = {id(copy) for _, copy in signature.converted or ()}
-    positions = {id(t): k for k, (t, _) in enumerate(tracer.input_tensors[: len(slots)])}
+    inputs = tracer.input_tensors[: len(slots)]
+    positions = {id(t): k for k, (t, _) in enumerate(inputs)}
+    arrays = {id(t._data): k for k, (t, _) in enumerate(inputs) if t._data is not None}
     for i, t in enumerate(tensors):
         k = positions.get(id(t))
+        if k is None and t._trace is None:
+            k = arrays.get(id(t._data))  # an array the function got back from NumPy
         if k is None:
             continue
         leaf = signature.leaves[slots[k].index]

@@ -133,6 +133,10 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     ``ScatterND`` over the flat positions written. A ``reduction`` (``"add"``, ``"mul"``,
     ``"max"``, ``"min"``: ``ufunc.at``) is always that ``ScatterND``, combining each value with
     the contents at its position, repeated positions accumulating in index order."""
+    view = _view_of(t)
+    while view is not None and _same_layout(view):  # x[...] *= 2: a write into x itself
+        t = view.parent
+        view = _view_of(t)
     root, view = root_of(t)
     if isinstance(index, Flat):  # a.flat[i] (np.put, np.fill_diagonal); before the tuple forms
         positions = call("Reshape", positions_of(t, view), Tensor._wrap(np.array([-1], np.int64)))
@@ -170,6 +174,14 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
     if index is not None:
         positions = getitem(positions, index)
     return index_update_at(root, positions, value)
+
+
+def _same_layout(view: View) -> bool:
+    """Whether ``view`` is all of its parent in the same layout (``x[...]``, ``x[:]``: NumPy
+    makes a new view object, kiln an identity ``Transpose``): writing into it is writing into
+    the parent."""
+    perm = view.attrs.get("perm") if view.op.name == "Transpose" else None
+    return perm is not None and list(perm) == list(range(len(perm)))
 
 
 def _index_rows(t: Tensor, view: View | None, index: Any) -> tuple[Tensor, int] | None:

@@ -25,7 +25,14 @@ from ..errors import OpArgumentError, OpTypeError
 from ..symbolic import broadcast_shapes
 from ..tensor import Tensor, call, eager_plan
 from .numpy_protocol import implements
-from .operands import as_tensor, cast, constant, same_dtype_operands, ufunc_operands
+from .operands import (
+    as_tensor,
+    cast,
+    constant,
+    new_array,
+    same_dtype_operands,
+    ufunc_operands,
+)
 from .shape import nonzero
 
 __all__ = [
@@ -413,7 +420,7 @@ def positive(x: Any) -> Tensor:
         [-1.0]
     """
     (a,), _ = _resolve(np.positive, x)
-    return call("Identity", a)  # a new array: a write into it must not reach x
+    return new_array(a)  # a write into it must not reach x
 
 
 @implements(np.absolute)
@@ -428,7 +435,7 @@ def absolute(x: Any) -> Tensor:
     """
     (a,), out = _resolve(np.absolute, x)
     if out == _BOOL or out in dtypes.UNSIGNED_DTYPES:
-        return call("Identity", a)  # a new array, as NumPy's
+        return new_array(a)
     if a.dtype.kind == "c":
         return call("kiln.ComplexAbs", a)  # the magnitude, in the parts' dtype
     return call("Abs", a)
@@ -708,7 +715,7 @@ def log10(x: Any) -> Tensor:
 def _integral(name: str, ufunc: np.ufunc, op: str, x: Any) -> Tensor:
     (a,), out = _resolve(ufunc, x, name=name)
     if not dtypes.is_floating(out):
-        return call("Identity", a)  # already integral (NumPy 2 keeps the dtype; a new array)
+        return new_array(a)  # already integral (NumPy 2 keeps the dtype)
     return call(op, a)
 
 
@@ -750,7 +757,7 @@ def trunc(x: Any) -> Tensor:
     """
     (a,), out = _resolve(np.trunc, x)
     if not dtypes.is_floating(out):
-        return a
+        return new_array(a)
     return call("Where", call("Less", a, _scalar(0, a)), call("Ceil", a), call("Floor", a))
 
 
@@ -780,7 +787,7 @@ def _round_impl(a: Any, decimals: int = 0, out: Any = None) -> Tensor:
         return rint(t)
     if dtypes.is_integer(t.dtype):
         if decimals >= 0:
-            return t  # integers have no fractional digits
+            return new_array(t)  # integers have no fractional digits (a new array, as NumPy)
         # As NumPy: scale down in float64, round, scale up, cast back.
         wide = cast(t, dtypes.float64)
         scale = constant(10.0 ** (-decimals), dtypes.float64)
@@ -1251,7 +1258,7 @@ def clip(
             raise TypeError("clip: pass the upper bound as a_max or max, not both")
         a_max = max
     if a_min is None and a_max is None:
-        return as_tensor(a)
+        return new_array(as_tensor(a))
     if a_max is None:
         return maximum(a, a_min)
     if a_min is None:

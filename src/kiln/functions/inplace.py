@@ -175,7 +175,10 @@ class FlatIter:
         count = self._flat()[index].size
         values = _repeated(cast(as_tensor(value), t.dtype), count)
         handler.write(
-            t, Flat(index), values, lambda: t._data.flat.__setitem__(host(index), host(value))  # type: ignore[union-attr]
+            t,
+            Flat(index),
+            values,
+            lambda: t._data.flat.__setitem__(host(index), host(value)),  # type: ignore[union-attr]
         )
 
     def copy(self) -> Tensor:
@@ -215,7 +218,10 @@ def put(a: Any, ind: Any, v: Any, mode: str = "raise") -> None:
             index = call("Clip", index, Tensor._wrap(np.int64(0)), call("Sub", size, one))
     values = _repeated(cast(as_tensor(v), a.dtype), index.shape[0])
     handler.write(
-        a, Flat(index), values, lambda: a._data.put(host(ind), host(v), mode=mode)  # type: ignore[union-attr]
+        a,
+        Flat(index),
+        values,
+        lambda: a._data.put(host(ind), host(v), mode=mode),  # type: ignore[union-attr]
     )
 
 

@@ -71,6 +71,21 @@ def int_vector(values: tuple[int, ...]) -> Tensor:
     return t
 
 
+def new_array(x: Tensor) -> Tensor:
+    """A new array with ``x``'s contents: NumPy's result of a value function that changes
+    nothing (``np.trunc`` of integers, ``np.clip(x)``, ``np.roll(x, 0)``). Never ``x`` itself:
+    a compiled function hands a result that *is* an input back as the caller's own array, and
+    NumPy's result here is a new one."""
+    return call("Identity", x)
+
+
+def new_view(x: Tensor) -> Tensor:
+    """A new view of the whole of ``x``: NumPy's result of a view function that moves nothing
+    (``x[...]``, ``x.transpose()`` in order, ``np.squeeze`` of no axis). A write through it
+    reaches ``x`` as through NumPy's view, but it is another object than ``x``."""
+    return call("Transpose", x, perm=tuple(range(x.ndim)))
+
+
 def is_scalar(x: Any) -> bool:
     """True for a Python ``bool``/``int``/``float``/``complex`` (weak under NEP 50)."""
     return isinstance(x, _PY_SCALARS)

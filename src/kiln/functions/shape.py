@@ -44,6 +44,8 @@ from .operands import (
     constant,
     int_vector,
     is_scalar,
+    new_array,
+    new_view,
     same_dtype_operands,
     shape_tensor,
 )
@@ -221,7 +223,7 @@ def transpose(a: Any, axes: Any = None) -> Tensor:
         if sorted(perm) != list(range(x.ndim)):
             raise ValueError(f"axes don't match array: {tuple(_dims(axes))} for rank {x.ndim}")
     if perm == tuple(range(x.ndim)):
-        return x
+        return new_view(x)
     return call("Transpose", x, perm=perm)
 
 
@@ -309,7 +311,7 @@ def squeeze(a: Any, axis: Any = None) -> Tensor:
                     "cannot select an axis to squeeze out which has size not equal to one"
                 )
     if not axes:
-        return x
+        return x  # NumPy hands back the array itself too
     return call("Squeeze", x, _i64(axes))
 
 
@@ -380,7 +382,7 @@ def concatenate(
             )
     a = _axis(axis, ndim)
     if len(tensors) == 1:
-        return call("Identity", tensors[0])  # a new array, as NumPy's
+        return new_array(tensors[0])
     return call("Concat", *tensors, axis=a)
 
 
@@ -414,7 +416,7 @@ def stack(
     a = _axis(axis, len(shape) + 1)
     expanded = [call("Unsqueeze", t, _i64([a])) for t in tensors]
     if len(expanded) == 1:
-        return call("Identity", expanded[0])  # a new array, as NumPy's
+        return new_array(expanded[0])
     return call("Concat", *expanded, axis=a)
 
 
@@ -613,7 +615,7 @@ def tile(A: Any, reps: Any) -> Tensor:  # noqa: N803 - NumPy's name
         x = call("Unsqueeze", x, _i64(list(range(len(r) - x.ndim))))
     r = [1] * (x.ndim - len(r)) + r
     if x.ndim == 0 or all(v == 1 for v in r):
-        return call("Identity", x)  # a new array, as NumPy's
+        return new_array(x)
     return call("Tile", x, _i64(r))
 
 
@@ -656,7 +658,7 @@ def flip(m: Any, axis: Any = None) -> Tensor:
     x = as_tensor(m)
     axes = tuple(range(x.ndim)) if axis is None else _axes(axis, x.ndim)
     if not axes:
-        return x
+        return new_view(x)
     k = len(axes)
     return call("Slice", x, _i64([-1] * k), _i64([INT64_MIN] * k), _i64(axes), _i64([-1] * k))
 
@@ -816,7 +818,7 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Tensor:
     for ax, sh in shifts.items():
         out = _roll_axis(out, ax, sh)
     if out is x:
-        return call("Identity", x)  # a new array, as NumPy's
+        return new_array(x)
     return out
 
 
@@ -1438,7 +1440,7 @@ def _basic_fast(x: Tensor, index: Any) -> Tensor | None:
         )
     if int_axes:
         return call("Squeeze", x, int_vector(tuple(int_axes)))
-    return x
+    return x if axes else new_view(x)  # (x[:] is a new view of x, as NumPy's)
 
 
 def getitem(t: Any, index: Any) -> Tensor:
@@ -1455,7 +1457,7 @@ def getitem(t: Any, index: Any) -> Tensor:
         >>> x[np.array([[False, True, True], [True, False, False]])].tolist()
         [2, 3, 4]
     """
-    x = as_tensor(t)
+    x = original = as_tensor(t)
     fast = _basic_fast(x, index)
     if fast is not None:
         note = getattr(current_handler(), "note_basic_view", None)
@@ -1467,7 +1469,9 @@ def getitem(t: Any, index: Any) -> Tensor:
     is_basic = all(e.kind in ("slice", "int") for e in entries)
     x, int_axes = _basic(x, entries, int_axes_are_sliced=is_basic)
     if is_basic:
-        return call("Squeeze", x, _i64(int_axes)) if int_axes else x
+        if int_axes:
+            return call("Squeeze", x, _i64(int_axes))
+        return new_view(x) if x is original else x  # (x[...] is a new view, as NumPy's)
     return _advanced(x, entries)
 
 

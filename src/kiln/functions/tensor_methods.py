@@ -358,6 +358,11 @@ def _shift(ufunc: np.ufunc, reflected: bool) -> Callable[[Tensor, Any], Any]:
     return method
 
 
+def _conj(self: Tensor) -> Tensor:
+    """``x.conj()``: NumPy's method hands a real array back itself (``np.conj`` copies)."""
+    return complex.conjugate(self) if self.dtype.kind == "c" else self
+
+
 _SHIFTS = {
     "__lshift__": _shift(np.left_shift, False),
     "__rlshift__": _shift(np.left_shift, True),
@@ -369,8 +374,8 @@ _METHODS: dict[str, Callable[..., Any]] = {
     "__array_ufunc__": _array_ufunc,
     "__array_function__": _array_function,
     "astype": _astype,
-    "conj": complex.conjugate,
-    "conjugate": complex.conjugate,
+    "conj": _conj,
+    "conjugate": _conj,
     "copy": _copy,
     "reshape": _reshape,
     "transpose": _transpose,
