@@ -464,3 +464,50 @@ def test_alike_compares_attributes_as_values_where_their_keys_differ():
     assert m._alike(nodes[:3], made[:3], 0)
     assert not m._alike(nodes, made, 0)
     assert m.signature(nodes[0]) is m.signature(nodes[2])
+
+
+# NumPy rounds some functions differently on contiguous and strided operands (SIMD and scalar
+# loops: kiln.ops.layout). Each iteration below reads one element or a row (contiguous), but
+# the batch of them is a reversed view or a transpose: batched as it is, NumPy would take the
+# strided loop (fuzz 45:18: np.arctan over b[::-1], an ulp off).
+def atan_of_reversed_elements(b):
+    t0 = b[::-1]
+    return np.stack([np.arctan(t0[i]) for i in range(len(t0))])
+
+
+def exp_of_reversed_rows(m):
+    t = m[::-1]
+    return np.stack([np.exp(t[i]) * 2 for i in range(len(t))])
+
+
+def power_of_transposed_rows(m):
+    t = m.T
+    return np.stack([np.power(t[i], 1.7) for i in range(len(t))])
+
+
+def arctan_of_columns(m):  # each iteration reads a strided column itself: NumPy's scalar loop
+    return np.stack([np.arctan(m[:, j]) + 1 for j in range(m.shape[1])])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "fn",
+    [atan_of_reversed_elements, exp_of_reversed_rows, power_of_transposed_rows, arctan_of_columns],
+)
+def test_layout_sensitive_functions_batch_bit_for_bit(dtype, fn):
+    shape = (64,) if fn is atan_of_reversed_elements else (12, 40)
+    x = RNG.uniform(-3, 3, shape).astype(dtype)
+    if fn is power_of_transposed_rows:
+        x = np.abs(x)
+    g = optimized(fn, x)
+    for _ in range(5):
+        y = RNG.uniform(-3, 3, shape).astype(dtype)
+        if fn is power_of_transposed_rows:
+            y = np.abs(y)
+        np.testing.assert_array_equal(run(g, y)[0], fn(y), strict=True)
+
+
+def test_a_layout_sensitive_function_of_contiguous_iterations_still_batches():
+    x = RNG.uniform(-3, 3, 64)
+    g = optimized(atan_of_reversed_elements, x)
+    assert ops(g).count("Atan") == 1 and "kiln.Contiguous" in ops(g), ops(g)

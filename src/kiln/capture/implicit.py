@@ -92,6 +92,7 @@ class ImplicitReads:
     arrays first, against :meth:`prototypes`)."""
 
     __slots__ = ("_reads", "draws")
+    gone = _GONE  # what a getter raises when its place no longer holds anything
 
     def __init__(
         self,
@@ -103,6 +104,12 @@ class ImplicitReads:
 
     def __len__(self) -> int:
         return len(self._reads)
+
+    @property
+    def getters(self) -> tuple[tuple[Callable[[], Any], np.dtype, tuple[int, ...]], ...]:
+        """Each implicit input's getter, dtype and shape, in graph-input order (what
+        :meth:`fetch` runs and checks; a replay's quick path inlines them)."""
+        return tuple((read, dtype, shape) for _, read, dtype, shape in self._reads)
 
     def fetch(self) -> list[np.ndarray]:
         """Each implicit input's array as it is now.

@@ -560,6 +560,7 @@ def _replay(
         write_backs=tuple(write_backs),
         returned=tuple(returned),
         fetch=reads.fetch if reads else None,
+        reads=reads if reads else None,
         precheck=precheck,
         remake=None
         if options.specialize is True and dynamic

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from ..ir.graph import ModelGraph
 from ..tensor import Tensor
 from .signature import CapturedInputs
 from .traced import _Outputs
+
+if TYPE_CHECKING:
+    from .implicit import ImplicitReads
 
 try:
     from numpy.lib.array_utils import byte_bounds
@@ -116,6 +119,8 @@ class Replay:
         fetch: Reads the implicit inputs at each call (the arrays the function reaches
             without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
             graph takes after the call's own; None when it takes none.
+        reads: The implicit inputs ``fetch`` reads (their getters, dtypes and shapes, which
+            a quick path inlines), or None.
         precheck: Checks the call's own arrays before ``fetch`` runs, raising
             :class:`ShapeDrift`, when ``fetch`` draws random numbers (a call that misses
             must not have advanced the stream); None otherwise.
@@ -135,6 +140,7 @@ class Replay:
     write_backs: tuple[tuple[int, int], ...] = ()
     returned: tuple[tuple[int, int, int], ...] = ()
     fetch: Callable[[], list[np.ndarray]] | None = None
+    reads: ImplicitReads | None = None
     precheck: Callable[[list[np.ndarray]], None] | None = None
     remake: Callable[[], Replay] | None = field(default=None, compare=False, repr=False)
 
@@ -330,8 +336,28 @@ def quick_path(
     if static is not None and len(static) == n:
         env.update({f"_s{i}": shape for i, shape in enumerate(static)})
         checks += [f"{a}.shape == _s{i}" for i, a in enumerate(names)]
-    if static is not None and len(static) == n and not replay.fetch and not replay.write_backs:
+    # Implicit inputs read without drawing random numbers: inlined (a draw checks first).
+    plain_reads = replay.reads is not None and not replay.reads.draws
+    if (
+        static is not None
+        and len(static) == n
+        and not replay.write_backs
+        and (not replay.fetch or plain_reads)
+    ):
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
+        if replay.fetch:  # implicit inputs (closure, global, self arrays): read and checked
+            assert replay.reads is not None
+            got = []
+            env["_GONE"] = replay.reads.gone
+            lines.append("    try:")
+            for k, (read, dtype, shape) in enumerate(replay.reads.getters):
+                env.update({f"_get{k}": read, f"_gd{k}": dtype, f"_gs{k}": shape})
+                lines.append(f"        i{k} = _get{k}()")
+                got.append(f"type(i{k}) is _nd and i{k}.dtype == _gd{k} and i{k}.shape == _gs{k}")
+            lines += ["    except _GONE:", "        return _MISS"]
+            lines += [f"    if not ({' and '.join(got)}):", "        return _MISS"]
+            names += [f"i{k}" for k in range(len(got))]
+            listed = "[" + ", ".join(names) + "]"
         lines += ["    replay = _capture.replay", "    _capture.last_used = next(_calls)"]
         if replay.one_tensor:
             lines.append(f"    return replay.run_unchecked({listed})[0]")
@@ -349,7 +375,7 @@ def quick_path(
             lines.append("    return replay.run_unchecked(arrays)[0]")
         else:
             lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
-    else:  # serve: implicit inputs, write-backs, a graph specialized per shape set
+    else:  # serve: random draws, write-backs, a graph specialized per shape set
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
         lines += ["    try:", f"        result = _capture.replay.serve({listed}, False)"]
         lines += ["    except _ReplayMiss:", "        return _MISS"]

@@ -798,7 +798,10 @@ unary(
     "copy when it already is). Values "
     "are unchanged; the order a later sum adds them in is NumPy's for such arrays: the loop "
     "vectorizer puts one before a batched float reduction, each of whose iterations reduced "
-    "a fresh contiguous array laid out as its inputs were. ONNX form: Identity.",
+    "a fresh contiguous array laid out as its inputs were. With ``batch_axes=0`` the whole "
+    "array is one element: dense, with positive strides, which NumPy's SIMD loops take (the "
+    "vectorizer puts one before a batched operator that rounds otherwise on strided "
+    "operands: kiln.ops.layout). ONNX form: Identity.",
     _contiguous,
     ALL,
     attrs={"batch_axes": Attr("int", 1)},

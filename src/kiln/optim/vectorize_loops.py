@@ -36,7 +36,8 @@ from ..ir.graph import Constant, ModelGraph, NameScope, Node, Value
 from ..ir.rewrite import topological_order
 from ..ir.rewrite import uses as count_uses
 from ..ops.batching import batching_rule
-from ..ops.registry import PURE, get_op
+from ..ops.layout import layout_sensitive
+from ..ops.registry import ELEMENTWISE, NEW_ARRAY, PURE, REDUCTION, get_op
 from .pattern import prune
 from .transform import DefaultsOptions, transform
 
@@ -303,6 +304,8 @@ class _Build:
                 flags.append(b)
         rule = batching_rule(get_op(head.op))
         assert rule is not None  # the matcher checked
+        if _reads_layout(head):
+            args = self._contiguous(head, entry, args, flags)
         try:
             outs = rule.fn(self.builder, head.op, args, flags, head.attrs)
         except KilnError:
@@ -313,6 +316,47 @@ class _Build:
             if out.dtype != original.dtype or tuple(out.shape) != (self.size, *original.shape):
                 raise _Unbatchable(head.op)  # a rule's result must be one row per iteration
         return tuple(outs)
+
+    def _contiguous(
+        self, head: Node, entry: _Batched, args: list[Value | None], flags: list[bool]
+    ) -> list[Value | None]:
+        """The batched operands of ``head``, whose NumPy kernel rounds otherwise on strided
+        operands than on contiguous ones (:func:`kiln.ops.layout.layout_sensitive`), laid out
+        densely with positive strides (``kiln.Contiguous`` with ``batch_axes=0``), so NumPy
+        takes the contiguous loop each iteration's operand took: a new array, a constant or
+        a single element. Raises :class:`_Unbatchable` for an
+        operand that was a view of more elements (a column: NumPy's strided loop), which a
+        batch cannot reproduce."""
+        laid = list(args)
+        for k, (e, batched) in enumerate(zip(entry.inputs, flags)):
+            if not batched or e is None:
+                continue
+            if isinstance(e, _Batched) and not _contiguous_per_iteration(e):
+                raise _Unbatchable(head.op)
+            (laid[k],) = self.builder.add("kiln.Contiguous", [args[k]], {"batch_axes": 0})
+        return laid
+
+
+def _reads_layout(node: Node) -> bool:
+    """Whether ``node``'s NumPy kernel rounds differently on contiguous and strided operands
+    of its input dtypes (measured once on this machine)."""
+    dtypes_in = tuple(v.dtype for v in node.inputs if v is not None)
+    return layout_sensitive(node.opdef, dtypes_in, node.opdef.bind_attrs(node.attrs))
+
+
+def _contiguous_per_iteration(entry: _Batched) -> bool:
+    """Whether each iteration's value of ``entry`` was contiguous for NumPy: a new array (an
+    elementwise result, a reduction, a scatter, ...), or a view of at most one element."""
+    node = entry.nodes[0]
+    opdef = node.opdef
+    if opdef.has(ELEMENTWISE) or opdef.has(REDUCTION) or opdef.has(NEW_ARRAY):
+        return True
+    n = 1
+    for d in node.outputs[entry.index].shape:
+        if not isinstance(d, int):
+            return False
+        n *= d
+    return n <= 1
 
 
 def _runs(matcher: _Matcher, parts: Sequence[Value]) -> list[tuple[int, int]]:
