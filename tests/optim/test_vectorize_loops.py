@@ -511,3 +511,20 @@ def test_a_layout_sensitive_function_of_contiguous_iterations_still_batches():
     x = RNG.uniform(-3, 3, 64)
     g = optimized(atan_of_reversed_elements, x)
     assert ops(g).count("Atan") == 1 and "kiln.Contiguous" in ops(g), ops(g)
+
+
+def l1_between_rows_of_a_swap(a):  # fuzz 46:3286
+    t2 = np.swapaxes(a, 0, -1)
+    return np.array([[np.abs(t2[i] - t2[j]).sum() for j in range(len(t2))] for i in range(len(t2))])
+
+
+def test_rows_read_in_order_along_a_dynamic_axis_stay_a_view():
+    # Each t2[j] is a view laid out as the swap is (its difference F-ordered, so summed in
+    # that order); reading them all as a Gather made C-ordered copies, and the sums of a
+    # batch of them, after the batch axis went dynamic, added in another order.
+    f = kiln.compile(l1_between_rows_of_a_swap)
+    for batch in (3, 3, 6, 6, 7):
+        a = RNG.uniform(-4, 4, (batch, 2, 5)) * 10.0 ** RNG.integers(-3, 4, (batch, 2, 5))
+        np.testing.assert_array_equal(f(a), l1_between_rows_of_a_swap(a), strict=True)
+    graph = f.take_graph()
+    assert "Gather" not in ops(graph), ops(graph)

@@ -429,12 +429,17 @@ def _contiguous(builder: NodeBuilder, data: Any, axis: int, positions: np.ndarra
     when the positions run evenly forward (``x[i]`` for ``i`` in order), else None."""
     flat = positions.reshape(-1)
     shape = data.shape
-    if flat.size == 0 or not all(isinstance(d, int) for d in shape):
+    if flat.size == 0:
         return None
     step = int(flat[1] - flat[0]) if flat.size > 1 else 1
     if step <= 0 or not np.array_equal(flat, flat[0] + step * np.arange(flat.size)):
         return None
     start = int(flat[0])
+    if positions.shape[1:] == (1,):  # one row per iteration (x[i]): a unit axis after it
+        run = _slice(builder, data, [(axis, start, start + step * flat.size, step)])
+        return builder.add("Unsqueeze", [run, _const(builder, [axis + 1])])[0]
+    if not all(isinstance(d, int) for d in shape):
+        return None
     run = _slice(builder, data, [(axis, start, start + step * flat.size, step)])
     target = [*shape[:axis], *positions.shape, *shape[axis + 1 :]]
     return builder.add("Reshape", [run, _const(builder, target, "shape")], {"allowzero": 1})[0]
