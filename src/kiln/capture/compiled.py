@@ -58,7 +58,7 @@ import optree
 from ..device import PlaceLike, as_place
 from ..errors import CaptureWarning, RecaptureWarning, StateError
 from ..ir.graph import ModelGraph
-from ..ops.dispatch import current_handler
+from ..ops.dispatch import current_handler, handler_now
 from ..optim.transform import DefaultsOptions
 from ..source import user_stacklevel
 from ..spec import TensorSpec, check_dynamic_axes, check_signature
@@ -329,7 +329,7 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         quick = self._quick
-        if quick is not None and not kwargs and current_handler() is None:
+        if quick is not None and not kwargs and handler_now() is None:
             result = quick(args)  # the current capture's replay, for a call that fits it
             if result is not MISS:
                 return result

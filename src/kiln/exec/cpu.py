@@ -363,22 +363,31 @@ class _PlanWriter:
     def _plan_index_parts(self) -> dict[int, list[Value]]:
         """The ``Concat`` nodes (by id) that only join index columns for fancy indexing
         (``a[rows, cols] = v`` records ``ScatterND(a, Concat(rows[:, None], cols[:, None]),
-        v)``; ``a[rows, cols]`` a GatherND): their readers take the columns as a tuple, as
-        NumPy's indexing does, instead of a joined copy (see :func:`~kiln.ops.shape.
-        index_columns`). The columns then count as read where the Concat's readers read it,
-        so nothing writes their buffers in place before."""
+        v)``; ``a[rows, cols]`` a GatherND), and the ``Unsqueeze``/``Reshape`` nodes that
+        make one column of an index array (``a[keys] = v``): their readers take the columns
+        as a tuple, as NumPy's indexing does, instead of a joined copy (see
+        :func:`~kiln.ops.shape.index_columns`). The columns then count as read where the
+        node's readers read it, so nothing writes their buffers in place before."""
         found: dict[int, list[Value]] = {}
         for node in self.graph.nodes:
             out = node.outputs[0] if node.outputs else None
-            if node.op != "Concat" or out is None or id(out) in self.outputs:
+            if out is None or id(out) in self.outputs or out.dtype.kind != "i" or not out.shape:
                 continue
-            if out.dtype.kind != "i" or not out.shape:
-                continue
-            axis = node.opdef.bind_attrs(node.attrs)["axis"] % len(out.shape)
-            if axis != len(out.shape) - 1:
-                continue
-            parts = [v for v in node.inputs if v is not None]
-            if len(parts) != len(node.inputs) or any(v.shape[-1:] != (1,) for v in parts):
+            if node.op in ("Unsqueeze", "Reshape"):
+                # One index column made from an index array of one axis less (``a[keys] = v``
+                # records ScatterND(a, Unsqueeze(keys, -1), v)): the array itself is the column.
+                x = node.inputs[0]
+                if x is None or out.shape[-1:] != (1,) or tuple(x.shape) != tuple(out.shape[:-1]):
+                    continue
+                parts = [x]
+            elif node.op == "Concat":
+                axis = node.opdef.bind_attrs(node.attrs)["axis"] % len(out.shape)
+                if axis != len(out.shape) - 1:
+                    continue
+                parts = [v for v in node.inputs if v is not None]
+                if len(parts) != len(node.inputs) or any(v.shape[-1:] != (1,) for v in parts):
+                    continue
+            else:
                 continue
             readers = self.readers.get(id(out), [])
             if not readers or not all(
@@ -685,7 +694,10 @@ class _PlanWriter:
             return
         parts = self.index_parts.get(id(node))
         if parts is not None:  # index columns, passed to the readers as a tuple
-            columns = "".join(f"{self.names[id(v)]}[..., 0], " for v in parts)
+            if node.op != "Concat":  # the index array itself
+                columns = f"{self.names[id(parts[0])]}, "
+            else:
+                columns = "".join(f"{self.names[id(v)]}[..., 0], " for v in parts)
             self.names[id(node.outputs[0])] = f"({columns})"
             return
         if node.op in _UNIT_AXES_VIEWS and node.inputs and id(node.inputs[0]) in self.in_box:

@@ -1586,6 +1586,23 @@ def _scatter_nd_kernel(
     return scatter_nd_into(data.copy(), indices, updates, reduction)
 
 
+def scatter_nd_copy(data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    """ScatterND without a reduction into a copy of ``data``: ``out = data.copy();
+    out[i0, i1, ...] = updates`` (NumPy's assignment: the last of repeated indices wins)."""
+    out = data.copy()
+    out[index_columns(indices)] = updates
+    return out
+
+
+def _scatter_nd_fast(
+    inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
+) -> KernelCall | None:
+    """The plain assignment (``reduction="none"``), without the kernel's attribute handling."""
+    if attrs["reduction"] != "none":
+        return None
+    return KernelCall("{b0}({0}, {1}, {2})", (scatter_nd_copy,))
+
+
 def _scatter_nd_reference(
     data: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str
 ) -> np.ndarray:
@@ -1665,6 +1682,7 @@ register(
         attrs={"reduction": Attr("str", "none")},
         infer=_scatter_nd_infer,
         kernel=_scatter_nd_kernel,
+        fast_kernel=_scatter_nd_fast,
         traits=frozenset({PURE, NEW_ARRAY}),
         samples=_scatter_nd_samples,
         raises_on_values=True,  # an index out of range raises IndexError
