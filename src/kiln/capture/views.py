@@ -83,6 +83,11 @@ class View:
         self.positions: Tensor | None = None
 
 
+# The most elements a literal written into a box may have to be laid out as the box when
+# recorded (a bigger one is broadcast by recorded operators).
+_LITERAL_SIZE = 64
+
+
 def _i64(values: list[int]) -> Tensor:
     return int_vector(tuple(values))  # shared per contents: an operator's input only
 
@@ -385,10 +390,18 @@ def _slice_update(
     """``SliceUpdate`` of ``root`` at the box of the ``Slice`` inputs ``extras`` (of
     ``box_shape``) with ``value`` broadcast to the written ``shape``."""
     updates = value
-    if tuple(value.shape) != shape:
-        updates = call("Expand", value, _i64(list(shape)))
-    if shape != box_shape:
-        updates = call("Reshape", updates, _i64(list(box_shape)), allowzero=1)  # sizes known
+    data = value._data
+    if value._trace is None and data is not None and data.size <= _LITERAL_SIZE:
+        # A literal (``D[i, j] = 1.0``): laid out as the box here, one small constant shared
+        # by every write of it, instead of an Expand and a Reshape recorded at each write.
+        if tuple(value.shape) != box_shape:
+            laid = np.array(np.broadcast_to(data, shape)).reshape(box_shape)
+            updates = Tensor._wrap(laid)
+    else:
+        if tuple(value.shape) != shape:
+            updates = call("Expand", value, _i64(list(shape)))
+        if shape != box_shape:
+            updates = call("Reshape", updates, _i64(list(box_shape)), allowzero=1)  # sizes known
     # Recorded without running its kernel: NumPy's write (``perform``) already put the new
     # contents into the root's array, which the root keeps, and the kernel's copy of the
     # whole root at every write made a loop filling an array row by row quadratic.
