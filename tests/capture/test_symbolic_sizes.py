@@ -336,6 +336,24 @@ def test_a_size_pinned_by_another_pin_is_guarded_too():
     )
 
 
+def test_a_reshaped_size_broadcast_against_a_pinned_one_settles():
+    """Fuzz 49:1736: a reshape's computed size (fresh, renamed by every specialization)
+    broadcast against a static size was pinned again and again: the first call never ended.
+    Only the inputs' sizes are pinned; the run's broadcast checks a fresh one."""
+
+    def f(a):
+        t1 = a >= a.reshape(-1, 5)
+        t2 = t1.reshape(t1.shape[0], -1)
+        return np.remainder(t1, t2), t2
+
+    cf = kiln.compile(f, dynamic=True)
+    for rows in (4, 4, 3, 6):
+        a = np.arange(rows * 5).reshape(rows, 5) % 3 == 0
+        for got, want in zip(cf(a), f(a)):
+            np.testing.assert_array_equal(got, want, strict=True)
+    assert cf.state == kiln.State.Compiled and not cf.cache_info().recaptures
+
+
 def test_a_size_of_one_broadcast_against_a_static_size_is_pinned_to_one():
     """Fuzz 27:3770: with one row, ``t0 // a`` broadcasts ``a``'s dynamic size (1 in this call)
     against 2; the capture pinned it to 2, so the graph took inputs of size 2 while its

@@ -836,10 +836,14 @@ class Tracer:
             from ..optim.specialize import specialize_graph
 
             recorded = graph
-            while True:
+            # Each round pins at least one more input size, so this settles in at most one
+            # round per input size (the bound makes a regression an error, not a hang).
+            for _ in range(len(self._input_symbols) + 2):
                 graph = specialize_graph(recorded, {name: size for name, size, _ in self.pins})
                 if not self._implied_pins(graph):
                     break
+            else:
+                raise KilnError("the sizes pinned by broadcasting did not settle")
         return graph
 
     def _implied_pins(self, graph: ModelGraph) -> bool:
@@ -853,6 +857,11 @@ class Tracer:
                 continue
             shape = node.outputs[0].shape
             for d, target, v, axis in _broadcast_against_static(shape, node.inputs):
+                if d.name not in self._input_symbols:
+                    # A fresh size (a reshape's computed length) is named anew by each
+                    # specialization, so pinning it never settles (fuzz 49:1736: the loop
+                    # ran forever); the run's broadcast checks it, as NumPy's does.
+                    continue
                 how = f"broadcast against size {target} once other sizes were pinned"
                 self._pin(d, target, node.opdef, v, axis, how, node.source)
         return len(self.pins) > before
