@@ -321,7 +321,11 @@ class _PlanWriter:
         self.fresh: set[int] = set()
         self.allocated: set[int] = set()
         self.lines: list[str] = []
-        self.locals = 0  # v0, v1, ...: one local per node output
+        self.locals = 0  # v0, v1, ...: the locals made so far
+        # Locals whose value is dead (after its last reader), reused by the next outputs:
+        # Python compiles a function of many distinct locals slowly (a 93k-node plan took
+        # seconds), and rebinding a name releases its value as ``del`` would.
+        self.free: list[str] = []
         for c in graph.constants:
             self.known[id(c.value)] = c.data
             self.names[id(c.value)] = self.bind(c.data, "c")
@@ -510,8 +514,7 @@ class _PlanWriter:
         buffer = self.concat_buffers.get(id(concat))
         if buffer is None:
             out = concat.outputs[0]
-            buffer = self.concat_buffers[id(concat)] = f"v{self.locals}"
-            self.locals += 1
+            buffer = self.concat_buffers[id(concat)] = self._local()
             empty, shape = self.bind(np.empty, "k"), self.bind(tuple(out.shape), "k")
             self.lines.append(f"{buffer} = {empty}({shape}, {self.bind(out.dtype, 'k')})")
         made = node.outputs[0]
@@ -706,8 +709,7 @@ class _PlanWriter:
         if base is not None and id(node.inputs[1]) in self.in_box:
             # Its update was computed in the box already (_update_target).
             out = node.outputs[0]
-            name = self.names[id(out)] = f"v{self.locals}"
-            self.locals += 1
+            name = self.names[id(out)] = self._local()
             self.lines.append(f"{name} = {self.names[id(node.inputs[0])]}")
             self.fresh.add(id(out))
             self.allocated.add(id(out))
@@ -734,9 +736,9 @@ class _PlanWriter:
         text = call.template.format(*args, **binds)
         out_names = []
         for v in node.outputs:
-            out_names.append(f"v{self.locals}")
-            self.names[id(v)] = f"v{self.locals}"
-            self.locals += 1
+            local = self._local()
+            out_names.append(local)
+            self.names[id(v)] = local
         into_concat = self._concat_target(node) if call.ufunc is not None else None
         if into_concat is None and call.ufunc is not None:
             into_concat = self._update_target(node, index)  # (also a box of a buffer)
@@ -775,8 +777,7 @@ class _PlanWriter:
             return False
         axes, keepdims = self._reduce_axes(node)  # type: ignore[misc]
         out = node.outputs[0]
-        name = f"v{self.locals}"
-        self.locals += 1
+        name = self._local()
         self.names[id(out)] = name
         fn = self.bind(count_true, "k")
         args = f"{self.names[id(booleans)]}, {self.bind(axes, 'k')}, {keepdims}"
@@ -917,21 +918,38 @@ class _PlanWriter:
             for k, name in enumerate(out_names):
                 self.lines.append(f"{name} = _r[{k}]")
 
+    def _local(self) -> str:
+        """A name for a new local: a dead one's (see ``free``), else a new one."""
+        if self.free:
+            return self.free.pop()
+        name = f"v{self.locals}"
+        self.locals += 1
+        return name
+
     def _release(self, index: int, node: Node) -> None:
         """Release intermediates after their last reader, as eager NumPy would: the inputs
-        ``node`` reads last, and outputs of it that nothing reads (those of 1 KiB or more)."""
+        ``node`` reads last, and outputs of it that nothing reads (``del`` for those of 1 KiB
+        or more; every such local's name is free for the next outputs)."""
         dead: list[str] = []
+        freed: list[str] = []
         for v in node.inputs:
             if v is None or self.last_use.get(id(v)) != index or id(v) in self.outputs:
                 continue
             name = self.names[id(v)]
-            if name.startswith("v") and _releasable(v) and name not in dead:
-                dead.append(name)
+            if _LOCAL.fullmatch(name) and name not in freed:
+                freed.append(name)
+                if _releasable(v):
+                    dead.append(name)
         for v in node.outputs:
-            if id(v) not in self.last_use and id(v) not in self.outputs and _releasable(v):
-                dead.append(self.names[id(v)])
+            if id(v) not in self.last_use and id(v) not in self.outputs:
+                name = self.names[id(v)]
+                if _LOCAL.fullmatch(name) and name not in freed:
+                    freed.append(name)
+                    if _releasable(v):
+                        dead.append(name)
         if dead:
             self.lines.append("del " + ", ".join(dead))
+        self.free.extend(freed)
 
     def _overwritable(self, node: Node, index: int) -> bool:
         """Whether ``node`` may write into its data's buffer (``_WRITES``: the first input,
@@ -985,8 +1003,7 @@ class _PlanWriter:
         name = self.names[id(x)]
         self.lines.append(f"{self.bind(np.multiply, 'k')}({name}, {name}, out={name})")
         binds = {f"b{k}": self.bind(obj, "k") for k, obj in enumerate(call.binds)}
-        out = f"v{self.locals}"
-        self.locals += 1
+        out = self._local()
         self.names[id(node.outputs[0])] = out
         self._assign(node, [out], call.template.format(name, **binds))
         self.fresh.update(id(v) for v in node.outputs if len(v.shape) > 0)
@@ -998,8 +1015,7 @@ class _PlanWriter:
         args = ["None" if v is None else self.names[id(v)] for v in node.inputs]
         if node.op == "ScatterND":
             args.append(repr(node.attrs.get("reduction", "none")))
-        name = f"v{self.locals}"
-        self.locals += 1
+        name = self._local()
         self.names[id(node.outputs[0])] = name
         box = known_box(node.inputs[0], node.inputs[2:]) if node.op == "kiln.SliceUpdate" else None
         position, into = _WRITES[node.op]
@@ -1121,6 +1137,8 @@ def count_true(b: np.ndarray, axes: tuple[int, ...], keepdims: bool, dtype: np.d
     booleans cast to ``dtype``, bit for bit)."""
     return np.asarray(np.count_nonzero(b, axis=axes, keepdims=keepdims)).astype(dtype)
 
+
+_LOCAL = re.compile(r"v\d+")  # a local of the run (not an input, a constant or an expression)
 
 # Views that only add or drop size-1 axes: of a view of a box, always a view again.
 _UNIT_AXES_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze"})
