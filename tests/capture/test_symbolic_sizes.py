@@ -354,6 +354,29 @@ def test_a_reshaped_size_broadcast_against_a_pinned_one_settles():
     assert cf.state == kiln.State.Compiled and not cf.cache_info().recaptures
 
 
+def test_a_dead_product_whose_batch_sizes_may_not_broadcast_still_runs():
+    """Fuzz 52:1907: ``np.matmul(t0, a)`` broadcasts ``t0``'s batch axes ``(s0, 2)`` against
+    ``a``'s ``(s0,)`` (``2`` against ``s0``); its result is unused, and dead-code elimination
+    removed it, so a size NumPy refuses returned a result instead of NumPy's error."""
+
+    def f(a):
+        t0 = np.stack([a, a], axis=3)
+        unused = np.matmul(t0, a)  # noqa: F841 - NumPy checks the broadcast even so
+        return a.reshape(-1)
+
+    cf = kiln.compile(f, dynamic=True)
+    a = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    np.testing.assert_array_equal(cf(a), f(a), strict=True)
+    np.testing.assert_array_equal(cf(a), f(a), strict=True)
+    a2 = np.arange(18, dtype=np.float32).reshape(3, 2, 3)
+    with pytest.raises(ValueError, match="broadcast"):
+        f(a2)
+    with pytest.raises(ValueError, match="broadcast"):
+        cf(a2)
+    a3 = np.arange(24, dtype=np.float32).reshape(2, 2, 6)  # 2 against 2: NumPy's answer
+    np.testing.assert_array_equal(cf(a3), f(a3), strict=True)
+
+
 def test_a_size_of_one_broadcast_against_a_static_size_is_pinned_to_one():
     """Fuzz 27:3770: with one row, ``t0 // a`` broadcasts ``a``'s dynamic size (1 in this call)
     against 2; the capture pinned it to 2, so the graph took inputs of size 2 while its

@@ -188,13 +188,21 @@ def _matmul_infer(
 def _matmul_may_raise(
     inputs: Sequence[Typed | None], outputs: Sequence[Typed], attrs: Mapping[str, Any]
 ) -> bool:
-    """A product whose contracted sizes are not known to agree (two different symbolic
-    sizes) raises NumPy's error when they do not: it must run even when unused."""
+    """A product whose contracted sizes, or whose batch sizes, are not known to agree (a
+    symbolic size against another size than itself or 1) raises NumPy's error when they do
+    not: it must run even when unused (fuzz 52:1907: a dead product whose batch axes
+    broadcast ``s0`` against 2)."""
     a, b = inputs[0], inputs[1]
     if a is None or b is None or not a.shape or not b.shape:
         return False
     inner = b.shape[-2] if len(b.shape) >= 2 else b.shape[0]
-    return bool(a.shape[-1] != inner)
+    if a.shape[-1] != inner:
+        return True
+    batch_a, batch_b = tuple(a.shape[:-2]), tuple(b.shape[:-2])
+    for x, y in zip(reversed(batch_a), reversed(batch_b)):
+        if (type(x) is not int or type(y) is not int) and x != y and 1 not in (x, y):
+            return True
+    return False
 
 
 def _matmul_kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
