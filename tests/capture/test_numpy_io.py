@@ -87,15 +87,36 @@ def test_result_structures_keep_their_containers_and_static_leaves(dynamic):
             check_numpy(g, w, x, y)
 
 
-def test_views_of_inputs_and_repeated_results_are_fresh_copies():
-    f = kiln.compile(lambda x: (x.T.T, x[1:], x + 1, x + 1))
-    x = np.ones((3, 2), F32)
-    for _ in range(2):
-        got = f(x)
-        for g in got:
+def test_views_of_inputs_are_views_of_the_callers_array_and_other_results_fresh():
+    def fn(x):
+        return x.T.T, x[1:], x[::-1].T, x + 1, x + 1
+
+    f = kiln.compile(fn)
+    for _ in range(3):
+        x = np.arange(6, dtype=F32).reshape(3, 2)
+        got, want = f(x), fn(x.copy())
+        for g, w in zip(got, want):
             assert type(g) is np.ndarray and g.flags.writeable
-            assert not np.shares_memory(g, x)
-        assert not np.shares_memory(got[2], got[3])
+            np.testing.assert_array_equal(g, w, strict=True)
+        assert [np.shares_memory(g, x) for g in got] == [True, True, True, False, False]
+        assert not np.shares_memory(got[3], got[4])
+        got[1][0, 0] = 42  # a write through the view reaches the caller's array, as in NumPy
+        assert x[1, 0] == 42
+
+
+def test_a_view_of_a_written_input_shows_its_final_contents():
+    def fn(x):
+        tail = x[1:]
+        x += 1  # after the view was made: NumPy's view sees it
+        return tail
+
+    f = kiln.compile(fn)
+    for _ in range(3):
+        x, y = np.arange(4.0), np.arange(4.0)
+        got, want = f(x), fn(y)
+        np.testing.assert_array_equal(got, want, strict=True)
+        np.testing.assert_array_equal(x, y, strict=True)
+        assert np.shares_memory(got, x)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "tensor"])

@@ -37,7 +37,7 @@ from ..tensor import Tensor, fresh_outputs
 from ..tree import unflatten
 from .implicit import ImplicitReads, ImplicitSlot, discover
 from .randomness import Draws, RecordingGenerator, is_generator, recording_draws
-from .replay import Capture, Replay, Runner, ShapeDrift, ValueGuard
+from .replay import Capture, Replay, Runner, ShapeDrift, ValueGuard, ViewChain
 from .scalars import TracedFloat, standin
 from .signature import CallSignature, CapturedInputs, DriftAxes
 from .trace import InputSlot, Tracer, TraceRef, old_objects_frozen, plan_inputs, record
@@ -226,15 +226,16 @@ def _record_capture(
         tracer.abandoned = f"rebinding {names_rebound} (state outside the arguments)"
     tensors, names, outputs = output_leaves(result)
     _check_written_inputs(tracer, slots, leaves, signature.converted)
-    # Fresh copies: an eager result may view an input, a closure array or another result
-    # (x.T.T, returning a weight, (y, y)); like the replay's outputs (see
-    # kiln.exec.plan.output_copies) the capture call's results never alias. One copy of the
-    # outputs on the capture call, which already costs a recording.
+    # Fresh copies: an eager result may view a closure array or another result (returning a
+    # weight, (y, y)); like the replay's outputs (see kiln.exec.plan.output_copies) the
+    # capture call's results never alias those. One copy of the outputs on the capture call,
+    # which already costs a recording. A result that is an input, or a view of one, is what
+    # NumPy gave: the caller's array, or the view of it the function made.
     returned = _returned_inputs(tracer, tensors, slots, signature)
     tensors_in = Tensor in map(type, leaves)
     served = outputs.rebuild(
         [
-            _as_returned(leaves[returned[i][1]], tensors_in)
+            _as_returned(leaves[returned[i][1]] if not returned[i][2] else t._data, tensors_in)
             if i in returned
             else Tensor._wrap(np.array(t._data))
             for i, t in enumerate(tensors)
@@ -281,7 +282,7 @@ def _record_capture(
                 + [np.asarray(g.expected) for g in guards]
                 + [after[i] for i, _ in tracer.write_backs],
             )
-        given_back = tuple((i, position, leaf) for i, (position, leaf) in returned.items())
+        given_back = tuple((i, k, leaf, chain) for i, (k, leaf, chain) in returned.items())
         replay = _finalize(
             graph,
             options,
@@ -308,30 +309,57 @@ def _returned_inputs(
     tensors: Sequence[Tensor],
     slots: Sequence[InputSlot],
     signature: CallSignature,
-) -> dict[int, tuple[int, int]]:
+) -> dict[int, tuple[int, int, ViewChain]]:
     """The results that are the call's own input arrays (``return out`` after
-    ``np.add(a, b, out=out)``, ``return x``): NumPy returns the caller's array object itself,
-    so the compiled call does too. Result index -> (graph input position, leaf index). A
-    result is one when it is the input's recording tensor itself (kiln's functions never hand
-    back their argument where NumPy makes a new array or view: see
-    ``functions.operands.new_array``), or the input's own NumPy array, which a host conversion
-    gave back (``np.ascontiguousarray(x)``: the capture is abandoned, and its call returns
-    what NumPy would). Not for a big-endian input (the graph ran on a native copy)."""
-    found: dict[int, tuple[int, int]] = {}
+    ``np.add(a, b, out=out)``, ``return x``), or views of them (``return x.T``, ``x[1:]``):
+    NumPy returns the caller's array object itself, or a view of it, so the compiled call
+    does too. Result index -> (graph input position, leaf index, the view operators from the
+    input to the result, empty for the input itself). A result is an input when it is the
+    input's recording tensor itself (kiln's functions never hand back their argument where
+    NumPy makes a new array or view: see ``functions.operands.new_array``), or the input's own
+    NumPy array, which a host conversion gave back (``np.ascontiguousarray(x)``: the capture
+    is abandoned, and its call returns what NumPy would); a view of one when its chain of
+    views (:mod:`kiln.capture.views`) starts at an input, every operator's other inputs
+    constants. Not for a big-endian input (the graph ran on a native copy)."""
+    found: dict[int, tuple[int, int, ViewChain]] = {}
     converted = {id(copy) for _, copy in signature.converted or ()}
     inputs = tracer.input_tensors[: len(slots)]
     positions = {id(t): k for k, (t, _) in enumerate(inputs)}
     arrays = {id(t._data): k for k, (t, _) in enumerate(inputs) if t._data is not None}
     for i, t in enumerate(tensors):
+        chain: ViewChain = ()
         k = positions.get(id(t))
         if k is None and t._trace is None:
             k = arrays.get(id(t._data))  # an array the function got back from NumPy
+        if k is None and getattr(t._trace, "view", None) is not None:
+            walked = _view_chain(t)
+            if walked is not None:
+                k = positions.get(id(walked[0]))
+                chain = walked[1]
         if k is None:
             continue
         leaf = signature.leaves[slots[k].index]
         if type(leaf) in (np.ndarray, Tensor) and id(leaf) not in converted:
-            found[i] = (k, slots[k].index)
+            found[i] = (k, slots[k].index, chain)
     return found
+
+
+def _view_chain(t: Tensor) -> tuple[Tensor, ViewChain] | None:
+    """The tensor ``t`` views (the first of its chain of views) and the view operators from
+    it to ``t`` (each with its constant other inputs and attributes), or None when an
+    operator's other input is computed (a reshape to a size read off a dynamic shape)."""
+    steps = []
+    while True:
+        view = getattr(t._trace, "view", None)
+        if view is None:
+            return t, tuple(reversed(steps))
+        extras = []
+        for e in view.extras:
+            if e is not None and (e._trace is not None or e._data is None):
+                return None
+            extras.append(None if e is None else e._data)
+        steps.append((view.op, tuple(extras), dict(view.attrs)))
+        t = view.parent
 
 
 def _as_returned(leaf: Any, tensors_out: bool) -> Any:
@@ -477,7 +505,7 @@ def _finalize(
     reference: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     reads: ImplicitReads | None = None,
     write_backs: Sequence[tuple[int, int]] = (),
-    returned: Sequence[tuple[int, int, int]] = (),
+    returned: Sequence[tuple[int, int, int, ViewChain]] = (),
 ) -> Replay:
     """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
     is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
@@ -513,13 +541,14 @@ def _replay(
     dynamic: bool,
     reads: ImplicitReads | None = None,
     write_backs: Sequence[tuple[int, int]] = (),
-    returned: Sequence[tuple[int, int, int]] = (),
+    returned: Sequence[tuple[int, int, int, ViewChain]] = (),
 ) -> Replay:
     """The replay of the finalized ``graph``: everything decided ahead of the calls. With
     implicit ``reads``, the replay appends the implicit inputs, read at the call, to the call's
     arrays (the graph takes them after the explicit ones; a write-back may go into them).
-    ``returned``: (output, input position, leaf index) of each result that is the caller's
-    own input array, handed back as it is (the run need not copy it out)."""
+    ``returned``: (output, input position, leaf index, view operators) of each result that is
+    the caller's own input array or a view of it, handed back as NumPy would (the run need not
+    copy it out)."""
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
@@ -536,7 +565,7 @@ def _replay(
             # Not with value guards: a guard that fails must find the inputs as they were.
             # The results that are the caller's own inputs are not copied out.
             donate = {output: position for position, output in write_backs}
-            run_arrays = donating(donate, [output for output, _, _ in returned])
+            run_arrays = donating(donate, [output for output, _, _, _ in returned])
             run_arrays = run_arrays or program.run_arrays
         run = _checked_runner(program.check_inputs, run_arrays)
         run_unchecked, check = run_arrays, program.check_inputs

@@ -27,6 +27,8 @@ import numpy as np
 
 from ..errors import InputMismatchError
 from ..ir.graph import ModelGraph
+from ..ops.dispatch import run_kernel
+from ..ops.registry import OpDef
 from ..tensor import Tensor
 from .signature import CapturedInputs
 from .traced import _Outputs
@@ -60,6 +62,11 @@ Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 _SLOTS_WITH_WEAKREF: dict[str, bool] = (
     {"slots": True, "weakref_slot": True} if sys.version_info >= (3, 11) else {}
 )
+
+
+# The view operators from an input to a result that views it (``x.T``, ``x[1:]``): each
+# operator with its other inputs (constants) and attributes, applied in order.
+ViewChain = tuple[tuple[OpDef, tuple[np.ndarray | None, ...], dict[str, Any]], ...]
 
 
 class ValueGuard(NamedTuple):
@@ -113,9 +120,10 @@ class Replay:
             into: after the guards pass, the output's contents are copied into the caller's
             array, which leaves it as eager NumPy would. An implicit input (a closure's,
             global's or attribute's array) is written back into the array read at the call.
-        returned: (output, input position, leaf index) of each result that is the caller's
-            own input array (``return out`` after writing into it): NumPy hands back the same
-            object, and so does the replay (the run leaves that output None when it can).
+        returned: (output, input position, leaf index, view operators) of each result that
+            is the caller's own input array (``return out`` after writing into it) or a view
+            of it (``return x.T``): NumPy hands back the same object, or a view of it, and so
+            does the replay (the run leaves that output None when it can).
         fetch: Reads the implicit inputs at each call (the arrays the function reaches
             without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
             graph takes after the call's own; None when it takes none.
@@ -138,7 +146,7 @@ class Replay:
     one_tensor: bool = False
     container: type | None = None
     write_backs: tuple[tuple[int, int], ...] = ()
-    returned: tuple[tuple[int, int, int], ...] = ()
+    returned: tuple[tuple[int, int, int, ViewChain], ...] = ()
     fetch: Callable[[], list[np.ndarray]] | None = None
     reads: ImplicitReads | None = None
     precheck: Callable[[list[np.ndarray]], None] | None = None
@@ -213,8 +221,13 @@ class Replay:
         results: list[Any] = outs[: self.n_outputs]
         if tensors_out:
             results = [Tensor._wrap(a) for a in results]
-        for output, position, leaf in self.returned:  # the caller's own input array itself
+        for output, position, leaf, chain in self.returned:  # the caller's array, or a view
             given = leaves[leaf] if leaf < len(leaves) else arrays[position]
+            if chain:
+                view = given._data if type(given) is Tensor else given
+                for op, extras, attrs in chain:
+                    (view,) = run_kernel(op, [view, *extras], attrs)
+                given = view
             if tensors_out and type(given) is not Tensor:
                 given = Tensor._wrap(given)
             results[output] = given
@@ -395,9 +408,9 @@ def _returns_an_input(replay: Replay) -> int | None:
     call returns, and the quick path hands the argument back without running it."""
     if replay.guards or replay.write_backs or replay.n_outputs != 1 or len(replay.returned) != 1:
         return None
-    output, position, _ = replay.returned[0]
+    output, position, _, chain = replay.returned[0]
     spec = replay.outputs
-    if output != 0 or not spec.spec.is_leaf() or spec.tensor_positions != (0,):
+    if chain or output != 0 or not spec.spec.is_leaf() or spec.tensor_positions != (0,):
         return None
     return position
 
