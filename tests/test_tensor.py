@@ -640,3 +640,17 @@ def test_bfloat16_tensor_values() -> None:
     t = kiln.tensor([1.0, 2.5, -3.0], dtype=kiln.bfloat16)
     assert t.numpy().dtype == ml_dtypes.bfloat16
     assert t.tolist() == [1.0, 2.5, -3.0]
+
+
+def test_an_ndarray_attribute_kiln_lacks_is_numpys_on_the_values():
+    x = np.arange(6.0).reshape(2, 3)
+    t = kiln.asarray(x)
+    assert t.strides == x.strides
+    np.testing.assert_array_equal(t.diagonal(), x.diagonal())
+    assert type(t.view()) is np.ndarray
+    with pytest.raises(AttributeError, match="no attribute 'not_numpy'"):
+        t.not_numpy  # noqa: B018
+    with pytest.raises(AttributeError):
+        t._private  # noqa: B018
+    with pytest.raises(kiln.errors.CaptureError, match="ndarray.diagonal"):
+        kiln.trace(lambda v: v.diagonal(), x)

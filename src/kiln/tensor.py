@@ -225,6 +225,15 @@ class Tensor:
         assert self._data is not None
         return self._data
 
+    def __getattr__(self, name: str) -> Any:
+        """An ``np.ndarray`` attribute kiln does not implement (``x.view()``, ``x.strides``,
+        ``x.tobytes()``): NumPy's, on the tensor's values read on the host. Inside a compiled
+        function that is a host read (the capture then serves the structure eagerly, with one
+        warning, and the call gets NumPy's answer); ``kiln.trace`` refuses it, naming it."""
+        if name.startswith("_") or not hasattr(np.ndarray, name):
+            raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+        return getattr(self._host(f"ndarray.{name}"), name)
+
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array sharing the tensor's memory (zero-copy on the CPU)."""
         return self._host("Tensor.numpy()")

@@ -115,6 +115,10 @@ FALLBACK = {
         "np.logical_or",
     ),
     "cumprod": (lambda a: np.cumprod(a, axis=1), XI, "np.cumprod"),
+    # ndarray methods and attributes kiln's Tensor lacks: NumPy's, on the host values
+    "method_diagonal": (lambda a: a.diagonal() * 2, X, "ndarray.diagonal"),
+    "method_view": (lambda a: a.view() + 1, X, "ndarray.view"),
+    "attribute_strides": (lambda a: a * a.strides[0], X, "ndarray.strides"),
 }
 
 
