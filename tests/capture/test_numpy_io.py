@@ -365,3 +365,19 @@ def test_a_result_is_the_argument_exactly_when_numpy_hands_it_back(expr, dtype):
             got = f(x)
             assert (got is x) == itself, (expr, dtype)
             np.testing.assert_array_equal(got, want)
+
+
+def test_one_array_returned_twice_is_one_object_twice():
+    def fn(x):
+        y = x * 2
+        r = np.exp(x, out=np.empty_like(x))
+        return y, y, r, r, x, x
+
+    f = kiln.compile(fn)
+    for _ in range(3):
+        x = np.arange(3.0)
+        got = f(x)
+        assert got[0] is got[1] and got[2] is got[3] and got[4] is x and got[5] is x
+        assert not np.shares_memory(got[0], got[2])
+        for g, w in zip(got, fn(x.copy())):
+            np.testing.assert_array_equal(g, w, strict=True)

@@ -562,8 +562,12 @@ class CompiledFunction:
                 self._keep(signature, capture)
                 self._note(reserved.decision.event, capture)
         # The capture serves fresh kiln tensors: NumPy arrays for a call of NumPy arrays (a
-        # copy on the capture call only: a tensor's own array is read-only).
-        return result if tensors_in else optree.tree_map(_fresh_array, result)
+        # copy on the capture call only: a tensor's own array is read-only); one tensor
+        # returned twice stays one array.
+        if tensors_in:
+            return result
+        arrays: dict[int, Any] = {}
+        return optree.tree_map(lambda leaf: _fresh_array_once(leaf, arrays), result)
 
     def _keep(self, signature: CallSignature, capture: Capture) -> None:
         """Put ``capture`` in the cache (dropping the least recently used entry past
@@ -719,6 +723,16 @@ def _has_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def _fresh_array(leaf: Any) -> Any:
     """A kiln tensor as a fresh, writable NumPy array; any other leaf as it is."""
     return np.array(leaf._data) if type(leaf) is Tensor else leaf
+
+
+def _fresh_array_once(leaf: Any, made: dict[int, Any]) -> Any:
+    """:func:`_fresh_array`, the same array for the same tensor (by ``made``, per call)."""
+    if type(leaf) is not Tensor:
+        return leaf
+    array = made.get(id(leaf))
+    if array is None:
+        array = made[id(leaf)] = _fresh_array(leaf)
+    return array
 
 
 def _as_tensor(leaf: Any) -> Any:

@@ -233,14 +233,17 @@ def _record_capture(
     # NumPy gave: the caller's array, or the view of it the function made.
     returned = _returned_inputs(tracer, tensors, slots, signature)
     tensors_in = Tensor in map(type, leaves)
-    served = outputs.rebuild(
-        [
-            _as_returned(leaves[returned[i][1]] if not returned[i][2] else t._data, tensors_in)
-            if i in returned
-            else Tensor._wrap(np.array(t._data))
-            for i, t in enumerate(tensors)
-        ]
-    )
+    served_leaves = [
+        _as_returned(leaves[returned[i][1]] if not returned[i][2] else t._data, tensors_in)
+        if i in returned
+        else Tensor._wrap(np.array(t._data))
+        for i, t in enumerate(tensors)
+    ]
+    # One array returned twice (``return y, y``) is one object twice, as in NumPy.
+    repeats = _repeated_results(tensors, returned)
+    for later, first in repeats:
+        served_leaves[later] = served_leaves[first]
+    served = outputs.rebuild(served_leaves)
     inputs = _captured_inputs(signature, slots, drift)
     if tracer.abandoned is not None:
         return served, Capture(inputs, eager_reason=tracer.abandoned)
@@ -293,6 +296,7 @@ def _record_capture(
             reads,
             tracer.write_backs,
             given_back,
+            repeats,
         )
         with _stage("preparing the replay"):
             explicit = graph.input_values[: len(slots)]
@@ -360,6 +364,21 @@ def _view_chain(t: Tensor) -> tuple[Tensor, ViewChain] | None:
             extras.append(None if e is None else e._data)
         steps.append((view.op, tuple(extras), dict(view.attrs)))
         t = view.parent
+
+
+def _repeated_results(
+    tensors: Sequence[Tensor], returned: Mapping[int, Any]
+) -> tuple[tuple[int, int], ...]:
+    """(later, first) for each result that is the same tensor as an earlier one (``return y,
+    y``, ``r = np.exp(a, out=b); return r, b``), unless it is an input (the caller's own
+    array, handed back by ``returned``)."""
+    first: dict[int, int] = {}
+    found = []
+    for j, t in enumerate(tensors):
+        i = first.setdefault(id(t), j)
+        if i != j and j not in returned:
+            found.append((j, i))
+    return tuple(found)
 
 
 def _as_returned(leaf: Any, tensors_out: bool) -> Any:
@@ -506,6 +525,7 @@ def _finalize(
     reads: ImplicitReads | None = None,
     write_backs: Sequence[tuple[int, int]] = (),
     returned: Sequence[tuple[int, int, int, ViewChain]] = (),
+    repeats: Sequence[tuple[int, int]] = (),
 ) -> Replay:
     """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
     is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
@@ -528,7 +548,16 @@ def _finalize(
                 graph.finalize()
     with _stage("preparing the replay"):
         return _replay(
-            graph, options, outputs, n_outputs, guards, dynamic, reads, write_backs, returned
+            graph,
+            options,
+            outputs,
+            n_outputs,
+            guards,
+            dynamic,
+            reads,
+            write_backs,
+            returned,
+            repeats,
         )
 
 
@@ -542,13 +571,14 @@ def _replay(
     reads: ImplicitReads | None = None,
     write_backs: Sequence[tuple[int, int]] = (),
     returned: Sequence[tuple[int, int, int, ViewChain]] = (),
+    repeats: Sequence[tuple[int, int]] = (),
 ) -> Replay:
     """The replay of the finalized ``graph``: everything decided ahead of the calls. With
     implicit ``reads``, the replay appends the implicit inputs, read at the call, to the call's
     arrays (the graph takes them after the explicit ones; a write-back may go into them).
     ``returned``: (output, input position, leaf index, view operators) of each result that is
     the caller's own input array or a view of it, handed back as NumPy would (the run need not
-    copy it out)."""
+    copy it out). ``repeats``: (later, first) of each result that is an earlier one again."""
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
@@ -559,13 +589,14 @@ def _replay(
     else:
         run_arrays = program.run_arrays
         donating = getattr(getattr(program, "plan", None), "donating", None)
-        if (write_backs or returned) and not guards and donating is not None:
+        if (write_backs or returned or repeats) and not guards and donating is not None:
             # The written inputs' buffers are lent to the run (the NumPy plan's donation):
             # their new contents are computed in place, and the write-back has nothing to copy.
             # Not with value guards: a guard that fails must find the inputs as they were.
             # The results that are the caller's own inputs are not copied out.
             donate = {output: position for position, output in write_backs}
-            run_arrays = donating(donate, [output for output, _, _, _ in returned])
+            unread = [output for output, _, _, _ in returned] + [j for j, _ in repeats]
+            run_arrays = donating(donate, unread)
             run_arrays = run_arrays or program.run_arrays
         run = _checked_runner(program.check_inputs, run_arrays)
         run_unchecked, check = run_arrays, program.check_inputs
@@ -588,6 +619,7 @@ def _replay(
         container=_flat_container(outputs, n_outputs),
         write_backs=tuple(write_backs),
         returned=tuple(returned),
+        repeats=tuple(repeats),
         fetch=reads.fetch if reads else None,
         reads=reads if reads else None,
         precheck=precheck,
@@ -604,6 +636,7 @@ def _replay(
             reads,
             write_backs,
             returned,
+            repeats,
         ),
     )
 

@@ -124,6 +124,8 @@ class Replay:
             is the caller's own input array (``return out`` after writing into it) or a view
             of it (``return x.T``): NumPy hands back the same object, or a view of it, and so
             does the replay (the run leaves that output None when it can).
+        repeats: (later, first) of each result that is an earlier one again (``return y,
+            y``): one object twice, as in NumPy (the run leaves the later None).
         fetch: Reads the implicit inputs at each call (the arrays the function reaches
             without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
             graph takes after the call's own; None when it takes none.
@@ -147,6 +149,7 @@ class Replay:
     container: type | None = None
     write_backs: tuple[tuple[int, int], ...] = ()
     returned: tuple[tuple[int, int, int, ViewChain], ...] = ()
+    repeats: tuple[tuple[int, int], ...] = ()
     fetch: Callable[[], list[np.ndarray]] | None = None
     reads: ImplicitReads | None = None
     precheck: Callable[[list[np.ndarray]], None] | None = None
@@ -231,6 +234,8 @@ class Replay:
             if tensors_out and type(given) is not Tensor:
                 given = Tensor._wrap(given)
             results[output] = given
+        for later, first in self.repeats:
+            results[later] = results[first]
         container = self.container
         if container is not None:  # a flat list or tuple of results: no unflattening
             return results if container is list else tuple(results)
