@@ -285,19 +285,16 @@ def _record_capture(
                 + [np.asarray(g.expected) for g in guards]
                 + [after[i] for i, _ in tracer.write_backs],
             )
-        given_back = tuple((i, k, leaf, chain) for i, (k, leaf, chain) in returned.items())
-        replay = _finalize(
-            graph,
-            options,
+        results = _Results(
             outputs,
             len(tensors),
             guards,
-            reference,
             reads,
-            tracer.write_backs,
-            given_back,
+            tuple(tracer.write_backs),
+            tuple((i, k, leaf, chain) for i, (k, leaf, chain) in returned.items()),
             repeats,
         )
+        replay = _finalize(graph, options, results, reference)
         with _stage("preparing the replay"):
             explicit = graph.input_values[: len(slots)]
             inputs = replace(inputs, shapes=tuple(v.shape for v in explicit))
@@ -352,7 +349,7 @@ def _view_chain(t: Tensor) -> tuple[Tensor, ViewChain] | None:
     """The tensor ``t`` views (the first of its chain of views) and the view operators from
     it to ``t`` (each with its constant other inputs and attributes), or None when an
     operator's other input is computed (a reshape to a size read off a dynamic shape)."""
-    steps = []
+    steps: list[tuple[OpDef, tuple[np.ndarray | None, ...], dict[str, Any]]] = []
     while True:
         view = getattr(t._trace, "view", None)
         if view is None:
@@ -515,17 +512,27 @@ def _value_guards(tracer: _CaptureTracer, n_outputs: int) -> tuple[ValueGuard, .
     )
 
 
+@dataclass(frozen=True)
+class _Results:
+    """How a graph's outputs become a call's results, besides the graph (see
+    :class:`~kiln.capture.replay.Replay`, whose fields these become): the result structure,
+    the number of result outputs, the value guards, the implicit inputs read at each call, the
+    write-backs, the results that are inputs or views of them, and the repeated results."""
+
+    outputs: _Outputs
+    n_outputs: int
+    guards: tuple[ValueGuard, ...]
+    reads: ImplicitReads | None = None
+    write_backs: tuple[tuple[int, int], ...] = ()
+    returned: tuple[tuple[int, int, int, ViewChain], ...] = ()
+    repeats: tuple[tuple[int, int], ...] = ()
+
+
 def _finalize(
     graph: ModelGraph,
     options: CaptureOptions,
-    outputs: _Outputs,
-    n_outputs: int,
-    guards: tuple[ValueGuard, ...],
+    results: _Results,
     reference: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
-    reads: ImplicitReads | None = None,
-    write_backs: Sequence[tuple[int, int]] = (),
-    returned: Sequence[tuple[int, int, int, ViewChain]] = (),
-    repeats: Sequence[tuple[int, int]] = (),
 ) -> Replay:
     """Optimize, place and finalize ``graph``; the replay of the finalized graph. The engine
     is chosen among those that give ``reference`` (inputs, the outputs they gave) when set."""
@@ -547,38 +554,19 @@ def _finalize(
             with selection_reference(*reference, background=True):
                 graph.finalize()
     with _stage("preparing the replay"):
-        return _replay(
-            graph,
-            options,
-            outputs,
-            n_outputs,
-            guards,
-            dynamic,
-            reads,
-            write_backs,
-            returned,
-            repeats,
-        )
+        return _replay(graph, options, results, dynamic)
 
 
-def _replay(
-    graph: ModelGraph,
-    options: CaptureOptions,
-    outputs: _Outputs,
-    n_outputs: int,
-    guards: tuple[ValueGuard, ...],
-    dynamic: bool,
-    reads: ImplicitReads | None = None,
-    write_backs: Sequence[tuple[int, int]] = (),
-    returned: Sequence[tuple[int, int, int, ViewChain]] = (),
-    repeats: Sequence[tuple[int, int]] = (),
-) -> Replay:
+def _replay(graph: ModelGraph, options: CaptureOptions, results: _Results, dynamic: bool) -> Replay:
     """The replay of the finalized ``graph``: everything decided ahead of the calls. With
     implicit ``reads``, the replay appends the implicit inputs, read at the call, to the call's
     arrays (the graph takes them after the explicit ones; a write-back may go into them).
     ``returned``: (output, input position, leaf index, view operators) of each result that is
     the caller's own input array or a view of it, handed back as NumPy would (the run need not
     copy it out). ``repeats``: (later, first) of each result that is an earlier one again."""
+    outputs, n_outputs, guards = results.outputs, results.n_outputs, results.guards
+    reads, write_backs = results.reads, results.write_backs
+    returned, repeats = results.returned, results.repeats
     program = graph.program
     assert program is not None
     static_shapes: tuple[tuple[int, ...], ...] | None = None
@@ -617,27 +605,15 @@ def _replay(
         check=check,
         one_tensor=single and not guards and not write_backs and not returned,
         container=_flat_container(outputs, n_outputs),
-        write_backs=tuple(write_backs),
-        returned=tuple(returned),
-        repeats=tuple(repeats),
+        write_backs=write_backs,
+        returned=returned,
+        repeats=repeats,
         fetch=reads.fetch if reads else None,
         reads=reads if reads else None,
         precheck=precheck,
         remake=None
         if options.specialize is True and dynamic
-        else functools.partial(
-            _replay,
-            graph,
-            options,
-            outputs,
-            n_outputs,
-            guards,
-            dynamic,
-            reads,
-            write_backs,
-            returned,
-            repeats,
-        ),
+        else functools.partial(_replay, graph, options, results, dynamic),
     )
 
 
