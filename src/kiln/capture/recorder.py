@@ -608,7 +608,6 @@ def _replay(graph: ModelGraph, options: CaptureOptions, results: _Results, dynam
         write_backs=write_backs,
         returned=returned,
         repeats=repeats,
-        fetch=reads.fetch if reads else None,
         reads=reads if reads else None,
         precheck=precheck,
         remake=None

@@ -126,13 +126,12 @@ class Replay:
             does the replay (the run leaves that output None when it can).
         repeats: (later, first) of each result that is an earlier one again (``return y,
             y``): one object twice, as in NumPy (the run leaves the later None).
-        fetch: Reads the implicit inputs at each call (the arrays the function reaches
-            without receiving them: :class:`kiln.capture.implicit.ImplicitReads`), which the
-            graph takes after the call's own; None when it takes none.
-        reads: The implicit inputs ``fetch`` reads (their getters, dtypes and shapes, which
-            a quick path inlines), or None.
-        precheck: Checks the call's own arrays before ``fetch`` runs, raising
-            :class:`ShapeDrift`, when ``fetch`` draws random numbers (a call that misses
+        reads: The implicit inputs, read at each call (the arrays the function reaches
+            without receiving them: :class:`kiln.capture.implicit.ImplicitReads`, whose
+            getters a quick path inlines), which the graph takes after the call's own; None
+            when it takes none.
+        precheck: Checks the call's own arrays before ``reads`` are read, raising
+            :class:`ShapeDrift`, when reading them draws random numbers (a call that misses
             must not have advanced the stream); None otherwise.
         remake: Builds this replay again from the graph's program as it is now (after a
             faster engine was swapped in); None when the replay does not follow its program.
@@ -150,7 +149,6 @@ class Replay:
     write_backs: tuple[tuple[int, int], ...] = ()
     returned: tuple[tuple[int, int, int, ViewChain], ...] = ()
     repeats: tuple[tuple[int, int], ...] = ()
-    fetch: Callable[[], list[np.ndarray]] | None = None
     reads: ImplicitReads | None = None
     precheck: Callable[[list[np.ndarray]], None] | None = None
     remake: Callable[[], Replay] | None = field(default=None, compare=False, repr=False)
@@ -166,10 +164,10 @@ class Replay:
             ShapeDrift: The arrays do not fit the graph's input shapes.
             GuardMiss: A value guard failed.
         """
-        if self.fetch is not None:
+        if self.reads is not None:
             if self.precheck is not None:
                 self.precheck(arrays)  # (ShapeDrift before any random draw)
-            arrays = [*arrays, *self.fetch()]  # (ImplicitMiss: one changed dtype or shape)
+            arrays = [*arrays, *self.reads.fetch()]  # (ImplicitMiss: a changed dtype/shape)
         if self.write_backs:
             _check_unaliased(arrays, self.write_backs)
         static_shapes = self.static_shapes
@@ -360,11 +358,10 @@ def quick_path(
         static is not None
         and len(static) == n
         and not replay.write_backs
-        and (not replay.fetch or plain_reads)
+        and (replay.reads is None or plain_reads)
     ):
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
-        if replay.fetch:  # implicit inputs (closure, global, self arrays): read and checked
-            assert replay.reads is not None
+        if replay.reads is not None:  # implicit inputs (closure, global, self arrays)
             got = []
             env["_GONE"] = replay.reads.gone
             lines.append("    try:")
@@ -385,7 +382,7 @@ def quick_path(
         else:
             lines.append(f"    arrays = {listed}")
             lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
-    elif replay.check is not None and not replay.fetch and not replay.write_backs:
+    elif replay.check is not None and replay.reads is None and not replay.write_backs:
         # A dynamic graph: its input check, then its plan (Replay.serve explains a miss).
         env["_Mismatch"] = InputMismatchError
         lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
