@@ -352,16 +352,11 @@ def quick_path(
     if static is not None and len(static) == n:
         env.update({f"_s{i}": shape for i, shape in enumerate(static)})
         checks += [f"{a}.shape == _s{i}" for i, a in enumerate(names)]
-    # Implicit inputs read without drawing random numbers: inlined (a draw checks first).
-    plain_reads = replay.reads is not None and not replay.reads.draws
-    if (
-        static is not None
-        and len(static) == n
-        and not replay.write_backs
-        and (replay.reads is None or plain_reads)
-    ):
-        lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
-        if replay.reads is not None:  # implicit inputs (closure, global, self arrays)
+    lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
+    draws = replay.reads is not None and replay.reads.draws  # (a draw checks shapes first)
+    runs = True  # whether the lines end running the plan on ``arrays``
+    if static is not None and len(static) == n and not replay.write_backs and not draws:
+        if replay.reads is not None:  # implicit inputs (closure, global, self arrays): inline
             got = []
             env["_GONE"] = replay.reads.gone
             lines.append("    try:")
@@ -377,27 +372,24 @@ def quick_path(
         itself = _returns_an_input(replay)
         if itself is not None and itself < n:  # return x: nothing else to compute
             lines.append(f"    return a{itself}")
-        elif replay.one_tensor:
-            lines.append(f"    return replay.run_unchecked({listed})[0]")
+            runs = False
         else:
             lines.append(f"    arrays = {listed}")
-            lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
     elif replay.check is not None and replay.reads is None and not replay.write_backs:
         # A dynamic graph: its input check, then its plan (Replay.serve explains a miss).
         env["_Mismatch"] = InputMismatchError
-        lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
         lines += ["    replay = _capture.replay", "    try:"]
         lines += [f"        arrays = replay.check({listed})", "    except _Mismatch:"]
         lines += ["        return _MISS", "    _capture.last_used = next(_calls)"]
-        if replay.one_tensor:
-            lines.append("    return replay.run_unchecked(arrays)[0]")
-        else:
-            lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
     else:  # serve: random draws, write-backs, a graph specialized per shape set
-        lines += [f"    if not ({' and '.join(checks) or 'True'}):", "        return _MISS"]
         lines += ["    try:", f"        result = _capture.replay.serve({listed}, False)"]
         lines += ["    except _ReplayMiss:", "        return _MISS"]
         lines += ["    _capture.last_used = next(_calls)", "    return result"]
+        runs = False
+    if runs and replay.one_tensor:
+        lines.append("    return replay.run_unchecked(arrays)[0]")
+    elif runs:
+        lines.append("    return replay._result(replay.run_unchecked(arrays), False, arrays)")
     head = f"def quick(args, *, {', '.join(f'{k}={k}' for k in env)}):"
     namespace: dict[str, Any] = {}
     exec(compile("\n".join([head, *lines]) + "\n", "<kiln quick path>", "exec"), env, namespace)  # noqa: S102
