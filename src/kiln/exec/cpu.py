@@ -930,23 +930,17 @@ class _PlanWriter:
         """Release intermediates after their last reader, as eager NumPy would: the inputs
         ``node`` reads last, and outputs of it that nothing reads (``del`` for those of 1 KiB
         or more; every such local's name is free for the next outputs)."""
+        ending = [v for v in node.inputs if v is not None and self.last_use.get(id(v)) == index]
+        ending += [v for v in node.outputs if id(v) not in self.last_use]
         dead: list[str] = []
         freed: list[str] = []
-        for v in node.inputs:
-            if v is None or self.last_use.get(id(v)) != index or id(v) in self.outputs:
-                continue
+        for v in ending:
             name = self.names[id(v)]
-            if _LOCAL.fullmatch(name) and name not in freed:
-                freed.append(name)
-                if _releasable(v):
-                    dead.append(name)
-        for v in node.outputs:
-            if id(v) not in self.last_use and id(v) not in self.outputs:
-                name = self.names[id(v)]
-                if _LOCAL.fullmatch(name) and name not in freed:
-                    freed.append(name)
-                    if _releasable(v):
-                        dead.append(name)
+            if id(v) in self.outputs or not _LOCAL.fullmatch(name) or name in freed:
+                continue
+            freed.append(name)
+            if _releasable(v):
+                dead.append(name)
         if dead:
             self.lines.append("del " + ", ".join(dead))
         self.free.extend(freed)
