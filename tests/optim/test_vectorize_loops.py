@@ -316,7 +316,9 @@ def test_accumulation_into_one_value_is_summed_in_the_loop_order(dtype):
     x = (RNG.standard_normal((40, 6)) * 100).astype(dtype)
     w = (RNG.standard_normal(40) * 10).astype(dtype)
     g = optimized(fn, x, w)
-    assert ops(g).count("Add") == 0 and ops(g).count("CumSum") == 1, ops(g)
+    # The total alone: one sum over the stacked rows (NumPy adds them one by one).
+    assert ops(g).count("Add") == 0 and ops(g).count("ReduceSum") == 1, ops(g)
+    assert "CumSum" not in ops(g), ops(g)
     x2 = (RNG.standard_normal((40, 6)) * 100).astype(dtype)
     w2 = (RNG.standard_normal(40) * 10).astype(dtype)
     np.testing.assert_array_equal(run(g, x2, w2)[0], fn(x2, w2), strict=True)
@@ -334,6 +336,43 @@ def test_accumulation_of_scalars_from_zero():
     assert ops(g).count("CumSum") == 1, ops(g)
     other = RNG.standard_normal(25)
     np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("columns", [1, 2, 33])
+def test_a_long_accumulation_adds_in_the_loop_order_not_pairwise(dtype, columns):
+    # Terms of wildly different magnitudes: a pairwise sum (NumPy's along a contiguous axis)
+    # rounds differently from the loop's one-by-one additions.
+    def fn(x):
+        total = np.zeros(x.shape[1:], x.dtype)
+        for i in range(x.shape[0]):
+            total += x[i]
+        return total
+
+    def data():
+        return RNG.standard_normal((300, columns)) * 10.0 ** RNG.integers(-6, 6, (300, 1))
+
+    x = data().astype(dtype)
+    g = optimized(fn, x)
+    assert ops(g).count("Add") == 0, ops(g)
+    # One column: the running sums and their last (a sum over one column would be pairwise).
+    assert ops(g).count("CumSum" if columns == 1 else "ReduceSum") == 1, ops(g)
+    for _ in range(5):
+        other = data().astype(dtype)
+        np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)
+
+
+def test_an_accumulation_of_negative_zeros_starts_from_the_initial_zero():
+    def fn(x):
+        total = np.zeros(3)
+        for i in range(x.shape[0]):
+            total += x[i]
+        return total
+
+    x = np.full((10, 3), -0.0)
+    g = optimized(fn, x)
+    got = run(g, x)[0]
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(fn(x)))  # 0.0 + -0.0 is 0.0
 
 
 def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():

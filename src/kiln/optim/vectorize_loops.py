@@ -484,6 +484,10 @@ def _chains(matcher: _Matcher, parts: Sequence[Value], taken: set[int]) -> list[
 # Dtypes whose running sum NumPy computes exactly as the loop's additions (np.cumsum adds in
 # sequence, in the dtype; float16 and bfloat16 sums would be computed wider and round once).
 _CUMULATIVE_DTYPES = frozenset((dtypes.float32, dtypes.float64, *dtypes.INT_DTYPES))
+# Those ReduceSum takes as they are (a total alone is one ReduceSum, see _in_order).
+_REDUCE_SUM_DTYPES = frozenset(
+    (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64)
+)
 
 
 def _terms(
@@ -508,17 +512,35 @@ def _terms(
     return value
 
 
+def _stacked(
+    matcher: _Matcher, builder: GraphBuilder, first: Value, terms: Sequence[Value]
+) -> Value:
+    """``first, t1, t2, ...`` stacked along a new leading axis (a new, C-ordered array)."""
+    rows = _terms(matcher, builder, terms, tuple(first.shape))
+    zero = builder.add_constant(np.asarray([0], np.int64), hint="axes")
+    (head,) = builder.add("Unsqueeze", [first, zero])
+    return builder.add("Concat", [head, rows], {"axis": 0})[0]
+
+
 def _running_sum(
     matcher: _Matcher, builder: GraphBuilder, first: Value, terms: Sequence[Value]
 ) -> Value:
     """``first, first + t1, first + t1 + t2, ...`` (iterations first), summed in the loop's
     order by one ``CumSum``."""
-    rows = _terms(matcher, builder, terms, tuple(first.shape))
-    zero = builder.add_constant(np.asarray([0], np.int64), hint="axes")
-    (head,) = builder.add("Unsqueeze", [first, zero])
-    (stacked,) = builder.add("Concat", [head, rows], {"axis": 0})
+    stacked = _stacked(matcher, builder, first, terms)
     axis = builder.add_constant(np.asarray(0, np.int64), hint="axis")
     return builder.add("CumSum", [stacked, axis])[0]
+
+
+def _in_order(shape: Sequence[Any], dtype: np.dtype) -> bool:
+    """Whether NumPy's sum along the leading axis of a new C-ordered array of ``shape`` adds
+    in the loop's order: integers always (wrapping sums do not depend on it); floats when
+    the elements after the leading axis are at least 2 (NumPy's reduction then runs its inner
+    loop over them and adds the rows one by one; over a single column the inner loop is the
+    summed axis, which NumPy sums pairwise)."""
+    if dtype not in _REDUCE_SUM_DTYPES:
+        return False
+    return dtype.kind in "iu" or int(np.prod([int(d) for d in shape[1:]])) >= 2
 
 
 def _vectorize(
@@ -612,9 +634,11 @@ def _term(node: Node, acc: Value) -> Value | None:
 def _accumulate(
     matcher: _Matcher, chain: list[Node], scope: NameScope
 ) -> tuple[list[Node], list[Constant]] | None:
-    """The nodes computing the chain's last sum as one ``CumSum`` over its terms (in the
-    loop's order, so exactly), or None. Either input of the first ``Add`` may be the
-    accumulator it starts from (``0 + f(0)``, or ``f(0) + f(1)`` once ``0 +`` folded)."""
+    """The nodes computing the chain's last sum over its terms stacked, in the loop's order
+    (so exactly): one ``ReduceSum`` over the rows where NumPy adds them one by one
+    (:func:`_in_order`), else a ``CumSum`` and its last row; or None. Either input of the
+    first ``Add`` may be the accumulator it starts from (``0 + f(0)``, or ``f(0) + f(1)``
+    once ``0 +`` folded)."""
     for base in chain[0].inputs:
         built = _accumulate_from(matcher, chain, base, scope) if base is not None else None
         if built is not None:
@@ -645,11 +669,17 @@ def _accumulate_from(
                 return None
             target = builder.add_constant(np.asarray(shape, np.int64), hint="shape")
             (first,) = builder.add("Expand", [base, target])
-        sums = _running_sum(matcher, builder, first, terms)
+        stacked = _stacked(matcher, builder, first, terms)
     except _Unbatchable:
         return None
-    last = builder.add_constant(np.asarray(-1, np.int64), hint="last")
-    builder.add("Gather", [sums, last], {"axis": 0}, outputs=[out])
+    if _in_order(stacked.shape, stacked.dtype):  # the total alone: one sum over the rows
+        axes = builder.add_constant(np.asarray([0], np.int64), hint="axes")
+        builder.add("ReduceSum", [stacked, axes], {"keepdims": 0}, outputs=[out])
+    else:  # the running sums in order, then the last
+        axis = builder.add_constant(np.asarray(0, np.int64), hint="axis")
+        (sums,) = builder.add("CumSum", [stacked, axis])
+        last = builder.add_constant(np.asarray(-1, np.int64), hint="last")
+        builder.add("Gather", [sums, last], {"axis": 0}, outputs=[out])
     return list(builder.nodes), list(builder.constants)
 
 
