@@ -215,7 +215,8 @@ class CompiledFunction:
         current = self._current
         if current is None:
             return State.Pending
-        return State.Compiled if current.graph is not None else State.Fallback
+        serves = current.graph is not None or current.pending is not None
+        return State.Compiled if serves else State.Fallback
 
     @property
     def recapture_count(self) -> int:
@@ -238,7 +239,7 @@ class CompiledFunction:
         current = self._current
         if self._fallback is not None or current is None:
             return None
-        return current.graph
+        return self._settled(current).graph
 
     @property
     def history(self) -> list[CaptureEvent]:
@@ -276,6 +277,9 @@ class CompiledFunction:
     def take_graph(self) -> ModelGraph:
         """Take the captured graph out of the current capture (State.Compiled only); the
         function then serves eagerly until :meth:`reset`."""
+        current = self._current
+        if current is not None and current.pending is not None:
+            self._settled(current)  # a graph still being planned in the background
         with self._lock:
             state = self.state
             if state is State.Pending:
@@ -316,6 +320,11 @@ class CompiledFunction:
         with self._lock:
             entries = list(self._entries.values())
         for capture in entries:
+            if capture.pending is not None:  # planned in the background: finish it first
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not capture.pending.wait(left):
+                    return False
+                capture = self._settled(capture)
             program = None if capture.graph is None else capture.graph.program
             wait = getattr(program, "wait_selected", None)
             if wait is None:
@@ -348,6 +357,9 @@ class CompiledFunction:
                 if capture is not None:
                     tensors_in = Tensor in map(type, args)
                     replay = capture.replay  # read once: a faster engine may be swapped in
+                    if replay is None and capture.pending is not None:
+                        capture = self._settled(capture, call)  # planned in the background
+                        replay = capture.replay
                     if replay is None:  # a structure served eagerly
                         capture.last_used = call
                         return self._eager(args, kwargs, tensors_in)
@@ -411,6 +423,9 @@ class CompiledFunction:
         eagerly."""
         tensors_in = Tensor in map(type, signature.leaves)
         replay = capture.replay  # read once: a faster engine may be swapped in
+        if replay is None and capture.pending is not None:
+            capture = self._settled(capture, call)  # planned in the background
+            replay = capture.replay
         if replay is None:
             capture.last_used = call
             return self._eager(signature.args, signature.kwargs, tensors_in)
@@ -592,6 +607,34 @@ class CompiledFunction:
             self._flat = {f: c for f, c in self._flat.items() if c is not dropped}
         self._make_current(capture)
 
+    def _settled(self, capture: Capture, call: int | None = None) -> Capture:
+        """``capture`` finished. A capture whose graph is optimized and planned in the
+        background (:mod:`kiln.capture.background`) is waited for, and replaced in the cache
+        by the finished capture (followed by its engine, with its quick path); any other is
+        returned as it is. ``call``: the call that needed it (for the history)."""
+        pending = capture.pending
+        if pending is None:
+            return capture
+        done = pending.result()  # outside the lock: other keys' calls go on meanwhile
+        with self._lock:
+            keys = [key for key, c in self._entries.items() if c is capture]
+            if not keys:  # settled by another thread, or dropped (or reset) meanwhile
+                return done
+            done.last_used = capture.last_used
+            for key in keys:
+                self._entries[key] = done
+            follow_engine(done)
+            flat = dict(self._flat)
+            for key, c in self._flat.items():
+                if c is capture:
+                    flat[key] = done
+                    done.quick = quick_path(done, key[0::2], self._calls)
+            self._flat = flat  # rebuilt, not changed in place: the replay path reads it
+            if self._current is capture:
+                self._make_current(done)
+            self._note_failure(capture.last_used if call is None else call, done)
+        return done
+
     def _make_current(self, capture: Capture) -> None:
         """Make ``capture`` the current one: its quick path (:func:`quick_path`) then serves
         the calls that fit it before anything else runs (not while the function falls back)."""
@@ -612,6 +655,10 @@ class CompiledFunction:
             )
             self._history.append(CaptureEvent(event.call, "abandoned", message=message))
             self._warn_once(message)
+        self._note_failure(event.call, capture)
+
+    def _note_failure(self, call: int, capture: Capture) -> None:
+        """Record and warn (once per message) when kiln failed after the target ran."""
         if capture.failure is not None:
             message = (
                 f"kiln.compile({self._options.graph_name}): kiln failed after the target ran: "
@@ -619,7 +666,7 @@ class CompiledFunction:
                 "input structure are served eagerly (as a fall back) until reset(). This is "
                 "a kiln bug: please report it with this message"
             )
-            self._history.append(CaptureEvent(event.call, "failed", message=message))
+            self._history.append(CaptureEvent(call, "failed", message=message))
             self._warn_once(message)
 
     def _warn_once(self, message: str) -> None:

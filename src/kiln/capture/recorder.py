@@ -35,6 +35,7 @@ from ..spec import TensorSpec
 from ..symbolic import SymDim
 from ..tensor import Tensor, fresh_outputs
 from ..tree import unflatten
+from .background import PendingCapture
 from .implicit import ImplicitReads, ImplicitSlot, discover
 from .randomness import Draws, RecordingGenerator, is_generator, recording_draws
 from .replay import Capture, Replay, Runner, ShapeDrift, ValueGuard, ViewChain
@@ -294,15 +295,52 @@ def _record_capture(
             tuple((i, k, leaf, chain) for i, (k, leaf, chain) in returned.items()),
             repeats,
         )
+    except _StageFailed as failed:
+        return served, Capture(inputs, failure=failed.describe(slots))
+    pins = tuple(message for _, _, message in tracer.pins)
+    defaults = options.defaults or DefaultsOptions()
+    if len(graph.nodes) < defaults.background_nodes:
+        return served, _finished(graph, options, results, reference, inputs, slots, pins)
+    # A big trace (an unrolled loop): the caller has its result; the graph is optimized and
+    # planned in a background thread, which the next call that needs it waits for.
+    reference = ([np.array(a) for a in reference[0]], [np.array(a) for a in reference[1]])
+    work = functools.partial(_finished, graph, options, results, reference, inputs, slots, pins)
+
+    def failed(why: str) -> Capture:
+        return Capture(inputs, failure=f"{why} (inputs {_structure(slots)})")
+
+    buffers = (*(c.data for c in graph.constants), *(g.expected for g in results.guards))
+    pending = PendingCapture(functools.partial(_frozen, work), failed)
+    return served, Capture(inputs, pins=pins, buffers=buffers, pending=pending)
+
+
+def _finished(
+    graph: ModelGraph,
+    options: CaptureOptions,
+    results: _Results,
+    reference: tuple[list[np.ndarray], list[np.ndarray]],
+    inputs: CapturedInputs,
+    slots: Sequence[InputSlot],
+    pins: tuple[str, ...],
+) -> Capture:
+    """The capture of the recorded ``graph``: optimized, placed and finalized, with its replay;
+    or, when kiln fails at one of those stages, one that serves the structure eagerly."""
+    try:
         replay = _finalize(graph, options, results, reference)
         with _stage("preparing the replay"):
             explicit = graph.input_values[: len(slots)]
             inputs = replace(inputs, shapes=tuple(v.shape for v in explicit))
             buffers = (*(c.data for c in graph.constants), *(g.expected for g in replay.guards))
-            pins = tuple(message for _, _, message in tracer.pins)
     except _StageFailed as failed:
-        return served, Capture(inputs, failure=failed.describe(slots))
-    return served, Capture(inputs, graph, replay, pins=pins, buffers=buffers)
+        return Capture(inputs, failure=failed.describe(slots))
+    return Capture(inputs, graph, replay, pins=pins, buffers=buffers)
+
+
+def _frozen(work: Callable[[], Capture]) -> Capture:
+    """``work()`` with the process's older objects out of the collector's passes (as while
+    recording: :func:`kiln.capture.trace.old_objects_frozen`)."""
+    with old_objects_frozen():
+        return work()
 
 
 def _returned_inputs(
@@ -441,9 +479,14 @@ class _StageFailed(Exception):
 
     def describe(self, slots: Sequence[InputSlot]) -> str:
         """The stage, the exception and the input structure, for the warning and history."""
-        structure = ", ".join(f"{s.name}: {s.type}" for s in slots) or "no tensor inputs"
         cause = self.cause
-        return f"{self.stage} failed with {type(cause).__name__}: {cause} (inputs {structure})"
+        return (
+            f"{self.stage} failed with {type(cause).__name__}: {cause} (inputs {_structure(slots)})"
+        )
+
+
+def _structure(slots: Sequence[InputSlot]) -> str:
+    return ", ".join(f"{s.name}: {s.type}" for s in slots) or "no tensor inputs"
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from .signature import CapturedInputs
 from .traced import _Outputs
 
 if TYPE_CHECKING:
+    from .background import PendingCapture
     from .implicit import ImplicitReads
 
 try:
@@ -272,6 +273,9 @@ class Capture:
         last_used: The number of the last call this entry served (or captured).
         quick: Its replay path for calls of positional NumPy arrays (:func:`quick_path`),
             set when the compiled function keeps it; None where there is none.
+        pending: For a big trace whose graph is being optimized and planned in the
+            background (:mod:`kiln.capture.background`): the work, whose result replaces
+            this entry; None otherwise.
     """
 
     inputs: CapturedInputs
@@ -283,6 +287,7 @@ class Capture:
     buffers: tuple[np.ndarray, ...] = ()
     last_used: int = 0
     quick: Callable[[tuple[Any, ...]], Any] | None = None
+    pending: PendingCapture | None = None
 
     @property
     def eager_why(self) -> str | None:

@@ -38,6 +38,11 @@ class DefaultsOptions:
             its input structure serves eagerly, with one ``CaptureWarning``. Every stage of a
             capture is linear in the number of nodes, so the budget bounds the first call's
             cost and the memory a graph holds.
+        background_nodes: A capture that records at least this many nodes (an unrolled
+            loop) is optimized and planned in a background thread: its first call returns as
+            soon as the function has run, and the next call that needs the graph waits for it
+            (:mod:`kiln.capture.background`). 0 for every capture; above ``max_nodes`` for
+            none.
     """
 
     constant_folding_limit: int = FOLDING_LIMITS.optimizer
@@ -45,6 +50,7 @@ class DefaultsOptions:
     verify: bool = False
     fusion_min_elements: int = 1 << 15
     max_nodes: int = 200_000
+    background_nodes: int = 10_000
 
 
 RewriteFn = Callable[["ModelGraph", DefaultsOptions], "tuple[ModelGraph, int]"]
