@@ -1373,3 +1373,43 @@ def test_an_augmented_assignment_records_no_write_back_of_its_view():
         mine, theirs = pos.copy(), pos.copy()
         np.testing.assert_array_equal(f(mine, vel), step(theirs, vel))
         np.testing.assert_array_equal(mine, theirs)
+
+
+LITERALS = [
+    ("float32", 0.1),
+    ("float32", 1e40),  # inf, as NumPy's cast gives
+    ("float16", 65520.0),
+    ("int32", 2.7),
+    ("int64", -3),
+    ("uint8", 200),
+    ("bool", 2.0),
+    ("float64", -0.0),
+    ("complex64", 1.5 + 2j),
+]
+
+
+@pytest.mark.parametrize(("dtype", "literal"), LITERALS)
+def test_literal_row_writes_are_cast_as_numpy_casts_them(dtype, literal):
+    # A literal written row by row is cast once on the host by the Cast kernel and laid out
+    # as the box: one shared constant for every write, no Cast recorded per write.
+    def fill(x):
+        out = np.zeros(x.shape, x.dtype)
+        for i in range(x.shape[0]):
+            out[i] = literal
+        out[-1, 0] = literal
+        return out
+
+    x = np.ones((5, 3), dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's overflow warning
+        g = kiln.trace(fill, x).graph
+        ops = [n.op for n in g.nodes]
+        assert "Cast" not in ops and "Expand" not in ops, ops
+        assert len([c for c in g.constants if c.value.shape == (1, 3)]) == 1
+        f = kiln.compile(fill)
+        for _ in range(3):
+            want = fill(x)
+            got = f(x)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+            assert np.array_equal(np.signbit(got.real), np.signbit(want.real))

@@ -45,7 +45,7 @@ def test_different_attributes_do_not_merge():
 
 
 def test_equal_small_constants_merge():
-    w = np.arange(12, dtype=f32).reshape(3, 4)  # more elements than a trace shares itself
+    w = np.arange(96, dtype=f32).reshape(8, 3, 4)  # more elements than a trace shares itself
     g, out, n = merged(lambda x: x * kiln.asarray(w.copy()) + kiln.asarray(w.copy()))
     assert n >= 1 and len(out.constants) < len(g.constants)
 

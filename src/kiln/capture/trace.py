@@ -47,8 +47,10 @@ __all__ = ["Tracer", "TraceRef", "InputSlot", "plan_inputs", "record", "old_obje
 # NumPy's own np.array: while a capture runs, the numpy module's is routed
 # (kiln.capture.numpy_creation), and kiln's calls would each pay the routing's checks.
 _np_array = getattr(np.array, "__kiln_original__", np.array)
-# Copied constants of at most this many elements are shared by contents (Tracer.value_of).
-_SHARED_CONSTANT_SIZE = 8
+# Copied constants of at most this many elements are shared by contents (Tracer.value_of):
+# scalars, bounds, axes, and a literal laid out as the box it is written into (``out[i] =
+# 1.0``, at most kiln.capture.views._LITERAL_SIZE elements).
+_SHARED_CONSTANT_SIZE = 64
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import UnsupportedOperationError
-from ..ops.dispatch import current_handler
+from ..ops.dispatch import current_handler, handler_scope
 from ..tensor import Tensor, call
 from .operands import as_tensor, cast
 
@@ -77,8 +77,20 @@ def setitem(t: Tensor, index: Any, value: Any) -> None:
     if handler is None:
         t._data[host(index)] = host(value)  # type: ignore[index]
         return
-    v = cast(as_tensor(value), t.dtype)
+    v = _written_value(value, t.dtype)
     handler.write(t, index, v, lambda: t._data.__setitem__(host(index), host(value)))  # type: ignore[union-attr]
+
+
+def _written_value(value: Any, dtype: np.dtype) -> Tensor:
+    """``value`` cast to the written array's ``dtype``, as NumPy's assignment casts it. A
+    value the function computed is cast by a recorded ``Cast``; a literal (``D[i] = 1.0``:
+    nothing recorded computes it) is cast here by the same kernel, so each write of it does
+    not record a ``Cast`` of one constant."""
+    v = as_tensor(value)
+    if v._trace is None and v._data is not None and v.dtype != dtype:
+        with handler_scope(None):
+            return cast(v, dtype)
+    return cast(v, dtype)
 
 
 def fill(t: Tensor, value: Any) -> None:
@@ -95,7 +107,7 @@ def fill(t: Tensor, value: Any) -> None:
     if handler is None:
         t._data.fill(host(value))  # type: ignore[union-attr]
         return
-    v = cast(as_tensor(value), t.dtype)
+    v = _written_value(value, t.dtype)
     handler.write(t, None, v, lambda: t._data.fill(host(value)))  # type: ignore[union-attr]
 
 

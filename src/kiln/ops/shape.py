@@ -1132,7 +1132,64 @@ def _known_or_unknown(op: str, arg: str, t: TensorType) -> tuple[Dim | None, ...
     return (None,) * n
 
 
+def static_box(
+    shape: Sequence[Dim], bounds_types: Sequence[TensorType | None]
+) -> tuple[Dim, ...] | None:
+    """The shape of the box ``starts, ends[, axes[, steps]]`` (``bounds_types``, each known)
+    of a data of ``shape``, static along the sliced axes, when the box is valid (int32/int64
+    vectors of one length, axes in range and distinct, no zero step): what ``Slice``'s
+    ``infer`` gives, without its general checks (a tracer infers each new box of an unrolled
+    loop: ``x[i]``, ``D[i, j] = v``). ``None`` for anything else: the general path then
+    answers, or raises its error."""
+    bounds: list[tuple[Any, ...] | None] = []
+    for t in bounds_types:
+        if t is None:
+            bounds.append(None)
+            continue
+        if t.value is None or t.dtype not in _INDEX or len(t.shape) != 1:
+            return None
+        bounds.append(t.value)
+    if len(bounds) < 2:
+        return None
+    starts, ends = bounds[0], bounds[1]
+    if starts is None or ends is None or len(ends) != len(starts):
+        return None
+    ndim = len(shape)
+    axes = bounds[2] if len(bounds) > 2 else None
+    steps = bounds[3] if len(bounds) > 3 else None
+    if (axes is not None and len(axes) != len(starts)) or len(starts) > ndim:
+        return None
+    if steps is not None and len(steps) != len(starts):
+        return None
+    out = list(shape)
+    seen: set[int] = set()
+    for k, (start, end) in enumerate(zip(starts, ends)):
+        axis = k if axes is None else axes[k]
+        step = 1 if steps is None else steps[k]
+        if type(axis) is not int or type(start) is not int or type(end) is not int:
+            return None
+        if type(step) is not int or step == 0 or not -ndim <= axis < ndim:
+            return None
+        axis %= ndim
+        size = shape[axis]
+        if axis in seen or type(size) is not int:
+            return None
+        seen.add(axis)
+        out[axis] = len(range(size)[start:end:step])
+    return tuple(out)
+
+
 def _slice_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
+    data = require("Slice", "data", types[0])
+    if data.value is None:  # an unrolled loop's x[i]: every bound known (see static_box)
+        box = static_box(data.shape, types[1:])
+        if box is not None:
+            return [TensorType(data.dtype, box)]
+    return _slice_infer_general(types)
+
+
+def _slice_infer_general(types: Sequence[TensorType | None]) -> list[TensorType]:
+    """``Slice``'s ``infer`` for any bounds (computed at run time, or carried contents)."""
     data = require("Slice", "data", types[0])
     shape = list(data.shape)
     value: tuple[Dim, ...] | None = data.value

@@ -19,64 +19,20 @@ from ..errors import OpArgumentError
 from .registry import PURE, Input, KernelCall, NodeBuilder, OpDef, Sample, TensorType, register
 from .rules import require, require_same_dtype
 from .sampling import sample_array
-from .shape import _slice_infer, _slice_kernel, known_box
+from .shape import _slice_infer, _slice_kernel, known_box, static_box
 
 __all__ = ["slice_update_into", "assign_box"]
 
 _I64 = np.dtype(np.int64)
 
 
-_INDEX = (dtypes.int32, dtypes.int64)
-
-
-def _static_box(types: Sequence[TensorType | None]) -> tuple[int, ...] | None:
-    """The shape of a box every bound of which is known, in a data of static shape, when the
-    box is valid (int32/int64 vectors of one length, axes in range and distinct, no zero
-    step): what ``Slice``'s ``infer`` gives, without its general checks (a tracer infers each
-    new box of an unrolled loop's ``D[i, j] = v``). ``None`` for anything else: ``Slice``'s
-    ``infer`` then answers, or raises its error."""
-    shape = types[0].shape  # type: ignore[union-attr]
-    bounds: list[tuple[Any, ...] | None] = []
-    for t in types[2:]:
-        if t is None:
-            bounds.append(None)
-            continue
-        if t.value is None or t.dtype not in _INDEX or len(t.shape) != 1:
-            return None
-        bounds.append(t.value)
-    starts, ends = bounds[0], bounds[1]
-    if starts is None or ends is None or len(ends) != len(starts):
-        return None
-    ndim = len(shape)
-    axes = bounds[2] if len(bounds) > 2 else None
-    steps = bounds[3] if len(bounds) > 3 else None
-    if (axes is not None and len(axes) != len(starts)) or len(starts) > ndim:
-        return None
-    if steps is not None and len(steps) != len(starts):
-        return None
-    out = list(shape)
-    seen: set[int] = set()
-    for k, (start, end) in enumerate(zip(starts, ends)):
-        axis = k if axes is None else axes[k]
-        step = 1 if steps is None else steps[k]
-        if type(axis) is not int or type(start) is not int or type(end) is not int:
-            return None
-        if type(step) is not int or step == 0 or not -ndim <= axis < ndim:
-            return None
-        axis %= ndim
-        size = shape[axis]
-        if axis in seen or type(size) is not int:
-            return None
-        seen.add(axis)
-        out[axis] = len(range(size)[start:end:step])
-    return tuple(out)
-
-
 def _infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[TensorType]:
     data = require("SliceUpdate", "data", types[0])
     updates = require("SliceUpdate", "updates", types[1])
     require_same_dtype("SliceUpdate", (data, updates), ("data", "updates"))
-    box_shape: tuple[Any, ...] | None = _static_box(types) if len(types) > 3 else None
+    box_shape: tuple[Any, ...] | None = (
+        static_box(types[0].shape, types[2:]) if len(types) > 3 else None
+    )
     if box_shape is None:
         (box,) = _slice_infer([types[0], *types[2:]], {})
         box_shape = box.shape
