@@ -375,6 +375,66 @@ def test_an_accumulation_of_negative_zeros_starts_from_the_initial_zero():
     np.testing.assert_array_equal(np.signbit(got), np.signbit(fn(x)))  # 0.0 + -0.0 is 0.0
 
 
+FOLDS = {
+    "multiply": (lambda acc, t: acc * t, "ReduceProd", 1),
+    "maximum": (np.maximum, "ReduceMax", -np.inf),
+    "minimum": (np.minimum, "ReduceMin", np.inf),
+}
+SPECIAL = np.array([0.0, -0.0, np.nan, 1.0, -1.0, np.inf, -np.inf, 0.5, 2.0])
+
+
+@pytest.mark.parametrize("kind", list(FOLDS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("columns", [1, 3])
+def test_accumulations_fold_into_one_reduction(kind, dtype, columns):
+    combine, reduce, start = FOLDS[kind]
+    is_float = np.dtype(dtype).kind == "f"
+
+    def fn(x):
+        acc = np.full(x.shape[1:], start if is_float else 1, x.dtype)
+        for i in range(x.shape[0]):
+            acc = combine(acc, x[i])
+        return acc
+
+    def data():
+        if is_float:  # signed zeros, NaN and infinities: the bits must be the loop's
+            return RNG.choice(SPECIAL, (20, columns)).astype(dtype)
+        return RNG.integers(-3, 4, (20, columns)).astype(dtype)
+
+    with np.errstate(all="ignore"):
+        g = optimized(fn, data())
+        ops_ = ops(g)
+        # A float reduction over one column would run along its contiguous axis: left as is.
+        if columns == 1 and is_float:
+            assert reduce not in ops_, ops_
+        else:
+            assert ops_.count(reduce) == 1 and len(ops_) < 8, ops_
+        for _ in range(5):
+            x = data()
+            got, want = run(g, x)[0], fn(x)
+            np.testing.assert_array_equal(got, want, strict=True)
+            assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("kind", ["and", "or"])
+def test_boolean_accumulations_fold_into_all_and_any(kind):
+    def fn(b):
+        acc = np.full(b.shape[1:], kind == "and")
+        for i in range(b.shape[0]):
+            if kind == "and":
+                acc &= b[i]
+            else:
+                acc = acc | b[i]
+        return acc
+
+    b = RNG.random((12, 5)) < 0.8
+    g = optimized(fn, b)
+    assert ops(g).count("ReduceMin" if kind == "and" else "ReduceMax") == 1, ops(g)
+    for _ in range(5):
+        b = RNG.random((12, 5)) < (0.9 if kind == "and" else 0.1)
+        np.testing.assert_array_equal(run(g, b)[0], fn(b), strict=True)
+
+
 def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():
     def fn(x):
         total = x[0]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -484,10 +484,28 @@ def _chains(matcher: _Matcher, parts: Sequence[Value], taken: set[int]) -> list[
 # Dtypes whose running sum NumPy computes exactly as the loop's additions (np.cumsum adds in
 # sequence, in the dtype; float16 and bfloat16 sums would be computed wider and round once).
 _CUMULATIVE_DTYPES = frozenset((dtypes.float32, dtypes.float64, *dtypes.INT_DTYPES))
-# Those ReduceSum takes as they are (a total alone is one ReduceSum, see _in_order).
-_REDUCE_SUM_DTYPES = frozenset(
-    (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64)
-)
+_WIDE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64)
+_ORDERED = (*_WIDE, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
+
+
+class _Fold(NamedTuple):
+    """A loop's accumulation ``acc = acc op f(i)`` as one reduction over the stacked terms:
+    its operator, the reduction and the dtypes that reduction takes as they are."""
+
+    reduce: str
+    dtypes: frozenset[np.dtype]
+
+
+# The accumulations a chain of ``op`` nodes folds into (``total += f(i)``, ``best =
+# np.maximum(best, f(i))``, ``ok &= f(i)``). Products of float16 would be computed wider.
+_FOLDS = {
+    "Add": _Fold("ReduceSum", frozenset(_WIDE)),
+    "Mul": _Fold("ReduceProd", frozenset(_WIDE)),
+    "Max": _Fold("ReduceMax", frozenset(_ORDERED)),
+    "Min": _Fold("ReduceMin", frozenset(_ORDERED)),
+    "And": _Fold("ReduceMin", frozenset((dtypes.bool_,))),
+    "Or": _Fold("ReduceMax", frozenset((dtypes.bool_,))),
+}
 
 
 def _terms(
@@ -533,14 +551,13 @@ def _running_sum(
 
 
 def _in_order(shape: Sequence[Any], dtype: np.dtype) -> bool:
-    """Whether NumPy's sum along the leading axis of a new C-ordered array of ``shape`` adds
-    in the loop's order: integers always (wrapping sums do not depend on it); floats when
-    the elements after the leading axis are at least 2 (NumPy's reduction then runs its inner
-    loop over them and adds the rows one by one; over a single column the inner loop is the
-    summed axis, which NumPy sums pairwise)."""
-    if dtype not in _REDUCE_SUM_DTYPES:
-        return False
-    return dtype.kind in "iu" or int(np.prod([int(d) for d in shape[1:]])) >= 2
+    """Whether NumPy's reduction along the leading axis of a new C-ordered array of ``shape``
+    combines the rows in the loop's order, as the loop's own binary operation did:
+    integers and booleans always (wrapping sums and products, extrema and logic do not
+    depend on it); floats when the elements after the leading axis are at least 2 (NumPy's
+    reduction then runs its inner loop over them and combines the rows one by one; over a
+    single column the inner loop is the reduced axis, which NumPy sums pairwise)."""
+    return dtype.kind in "iub" or int(np.prod([int(d) for d in shape[1:]])) >= 2
 
 
 def _vectorize(
@@ -591,22 +608,25 @@ def _vectorize(
 
 
 def _accumulations(graph: ModelGraph, matcher: _Matcher) -> list[list[Node]]:
-    """Chains ``acc = acc + term`` (a loop accumulating into one value): the chain's ``Add``
-    nodes in order, each intermediate sum read only by the next ``Add``, at least
-    :data:`MIN_ACCUMULATION` long."""
+    """Chains ``acc = acc + term`` (a loop accumulating into one value; also ``*``, maximum,
+    minimum, and, or: :data:`_FOLDS`): the chain's nodes of one operator in order, each
+    intermediate value read only by the next, at least :data:`MIN_ACCUMULATION` long."""
     uses = count_uses(graph.nodes)
     for v in graph.output_values:
         uses[id(v)] = uses.get(id(v), 0) + 2  # an output is read outside the chain
-    previous: dict[int, Node] = {}  # Add -> the Add whose sum it adds to
+    previous: dict[int, Node] = {}  # Add -> the Add whose sum it adds to (Mul, Max, ... alike)
     for node in graph.nodes:
         out = node.outputs[0]
-        if node.op != "Add" or out.dtype not in _CUMULATIVE_DTYPES:
+        fold = _FOLDS.get(node.op)
+        if fold is None or len(node.inputs) != 2:
+            continue
+        if out.dtype not in (_CUMULATIVE_DTYPES if node.op == "Add" else fold.dtypes):
             continue
         for acc in node.inputs:  # acc + term first (total += f(i)), then term + acc
             made = matcher.producer.get(id(acc)) if acc is not None else None
             if (
                 made is not None
-                and made[0].op == "Add"
+                and made[0].op == node.op
                 and uses.get(id(acc)) == 1
                 and acc.shape == out.shape  # type: ignore[union-attr]
             ):
@@ -635,8 +655,9 @@ def _accumulate(
     matcher: _Matcher, chain: list[Node], scope: NameScope
 ) -> tuple[list[Node], list[Constant]] | None:
     """The nodes computing the chain's last sum over its terms stacked, in the loop's order
-    (so exactly): one ``ReduceSum`` over the rows where NumPy adds them one by one
-    (:func:`_in_order`), else a ``CumSum`` and its last row; or None. Either input of the
+    (so exactly): one reduction (``ReduceSum``, ``ReduceProd``, ``ReduceMax``, ...) over the
+    rows where NumPy combines them one by one (:func:`_in_order`), else, for a sum, a
+    ``CumSum`` and its last row; or None. Either input of the
     first ``Add`` may be the accumulator it starts from (``0 + f(0)``, or ``f(0) + f(1)``
     once ``0 +`` folded)."""
     for base in chain[0].inputs:
@@ -672,9 +693,13 @@ def _accumulate_from(
         stacked = _stacked(matcher, builder, first, terms)
     except _Unbatchable:
         return None
-    if _in_order(stacked.shape, stacked.dtype):  # the total alone: one sum over the rows
+    fold = _FOLDS[chain[-1].op]
+    if stacked.dtype in fold.dtypes and _in_order(stacked.shape, stacked.dtype):
+        # The total alone: one reduction over the rows.
         axes = builder.add_constant(np.asarray([0], np.int64), hint="axes")
-        builder.add("ReduceSum", [stacked, axes], {"keepdims": 0}, outputs=[out])
+        builder.add(fold.reduce, [stacked, axes], {"keepdims": 0}, outputs=[out])
+    elif chain[-1].op != "Add":
+        return None  # (no cumulative product, maximum, ...: the chain stays as recorded)
     else:  # the running sums in order, then the last
         axis = builder.add_constant(np.asarray(0, np.int64), hint="axis")
         (sums,) = builder.add("CumSum", [stacked, axis])
@@ -687,7 +712,7 @@ def _accumulate_from(
 def vectorize_loops(graph: ModelGraph, options: DefaultsOptions) -> tuple[ModelGraph, int]:
     """Build the unrolled iterations of a loop once over a batch (see the module docstring)."""
     concats = [n for n in graph.nodes if n.op == "Concat" and len(n.inputs) >= MIN_ITERATIONS]
-    adds = sum(1 for n in graph.nodes if n.op == "Add")
+    adds = sum(1 for n in graph.nodes if n.op in _FOLDS)  # the operators a chain may fold
     if not concats and adds < MIN_ACCUMULATION:
         return graph, 0
     try:
