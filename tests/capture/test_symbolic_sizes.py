@@ -354,6 +354,28 @@ def test_a_reshaped_size_broadcast_against_a_pinned_one_settles():
     assert cf.state == kiln.State.Compiled and not cf.cache_info().recaptures
 
 
+def test_a_dead_stack_of_arrays_whose_sizes_stop_agreeing_still_raises():
+    """Fuzz 59:3465: ``np.stack([b.mean(axis=-1), a])`` joins sizes ``s1`` and ``s0``; its
+    result is unused, and dead-code elimination removed it, so a drift where they differ
+    returned a result instead of NumPy's error."""
+
+    def f(a, b):
+        unused = np.stack([b.mean(axis=-1), a / 1], axis=0)  # noqa: F841 - NumPy checks
+        return b * 2
+
+    cf = kiln.compile(f, dynamic=True)
+    a, b = np.ones(5, bool), np.ones((5, 5))
+    np.testing.assert_array_equal(cf(a, b), f(a, b), strict=True)
+    np.testing.assert_array_equal(cf(a, b), f(a, b), strict=True)
+    a2 = np.ones(6, bool)
+    with pytest.raises(ValueError):
+        f(a2, b)
+    with pytest.raises(ValueError):
+        cf(a2, b)
+    b3 = np.ones((6, 3))  # sizes that agree again: no error
+    np.testing.assert_array_equal(cf(a2, b3), f(a2, b3), strict=True)
+
+
 def test_a_dead_product_whose_batch_sizes_may_not_broadcast_still_runs():
     """Fuzz 52:1907: ``np.matmul(t0, a)`` broadcasts ``t0``'s batch axes ``(s0, 2)`` against
     ``a``'s ``(s0,)`` (``2`` against ``s0``); its result is unused, and dead-code elimination

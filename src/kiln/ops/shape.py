@@ -895,6 +895,25 @@ def _concat_infer(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) 
     return [_typed(first.dtype, shape, value)]
 
 
+def _concat_may_raise(
+    inputs: Sequence[TensorType | None], outputs: Sequence[TensorType], attrs: Mapping[str, Any]
+) -> bool:
+    """OpDef.raises_on_values: a concatenation whose inputs' sizes off the axis are not known
+    to agree (a symbolic size against another size) raises NumPy's error when they differ, so
+    it must run even when unused (fuzz 59:3465: a dead ``np.stack`` of a row mean over ``s1``
+    rows and an array of ``s0`` elements)."""
+    present = [t for t in inputs if t is not None]
+    if len(present) < 2 or not present[0].shape:
+        return False
+    first = present[0].shape
+    axis = attrs["axis"] % len(first)
+    for t in present[1:]:
+        for i, (a, b) in enumerate(zip(first, t.shape)):
+            if i != axis and a != b:
+                return True
+    return False
+
+
 def _concat_kernel(*inputs: np.ndarray, axis: int) -> np.ndarray:
     return np.concatenate(inputs, axis=axis)
 
@@ -936,6 +955,7 @@ register(
         attrs={"axis": Attr("int")},
         infer=_concat_infer,
         kernel=_concat_kernel,
+        raises_on_values=_concat_may_raise,
         traits=_LAYOUT | {NEW_ARRAY},
         batch=batching.concat,
         samples=_concat_samples,
