@@ -102,7 +102,9 @@ def fresh_outputs(
     for array in results:
         root = memory_root(array)
         shared = any(root is r for r in roots)
-        out.append(array.copy() if shared or not array.flags.writeable else array)
+        # Copied in its own layout (order K), as NumPy's new array would be laid out (a copy
+        # in C order made an F-ordered result C-ordered: a later sum added in another order).
+        out.append(array.copy(order="K") if shared or not array.flags.writeable else array)
     return tuple(out)
 
 

@@ -6,6 +6,7 @@ own leaves, untouched."""
 
 from __future__ import annotations
 
+import copy as copy_module
 import threading
 import warnings
 
@@ -381,3 +382,34 @@ def test_one_array_returned_twice_is_one_object_twice():
         assert not np.shares_memory(got[0], got[2])
         for g, w in zip(got, fn(x.copy())):
             np.testing.assert_array_equal(g, w, strict=True)
+
+
+LAYOUT_SUMS = {
+    # A float sum adds in memory order: each new array must be laid out as NumPy lays it out.
+    "minimum of a transpose": lambda a: np.minimum(1, a.T).sum(axis=(1, 2)),  # fuzz 59:4763
+    "maximum of a transpose": lambda a: np.maximum(a.T, -1).sum(),
+    "copy of a transpose": lambda a: a.T.copy().sum(),  # C order, whatever the input's
+    "copy, then a write": lambda a: _written_copy(a).sum(axis=0),
+    "same-dtype astype": lambda a: a.T.astype(a.dtype).sum(),
+    "copy.copy": lambda a: copy_module.copy(a.T).sum(),
+}
+
+
+def _written_copy(a):
+    y = a.T.copy()
+    y[0] = 5
+    return y
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_SUMS))
+def test_new_arrays_are_laid_out_as_numpys_so_sums_add_alike(name):
+    fn = LAYOUT_SUMS[name]
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        f = kiln.compile(fn)  # the capture call (call 1) computes on the recording's arrays
+        for _ in range(3):
+            a = rng.standard_normal((7, 5, 40)).astype(np.float32)
+            before = a.copy()
+            got, want = f(a), fn(before.copy())
+            np.testing.assert_array_equal(got, want, strict=True)
+            np.testing.assert_array_equal(a, before)  # the caller's array untouched

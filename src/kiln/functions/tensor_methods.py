@@ -177,8 +177,11 @@ _ORDERS = frozenset({"C", "F", "A", "K"})
 def copy(a: Any, order: str = "K", subok: bool = False) -> Tensor:
     """A copy of ``a`` (``np.copy``, ``ndarray.copy``): a new tensor with the same values.
 
-    Kiln tensors carry no memory layout, so ``order`` ('C', 'F', 'A', 'K') only is checked;
-    the copy is an ``Identity``, whose result never shares memory with its input.
+    ``order='C'`` (``ndarray.copy()``'s default) is a new C-ordered array, as NumPy's: a
+    ``kiln.Contiguous(order='C')``, which the optimizer keeps (a later float sum adds in the
+    copy's memory order, and a transpose's C copy adds otherwise than the transpose). Any
+    other ``order`` ('F', 'A', 'K': the input's own layout for the dense inputs kiln's
+    plans make) is an ``Identity``, whose result never shares memory with its input.
 
     Example:
         >>> import kiln
@@ -189,6 +192,8 @@ def copy(a: Any, order: str = "K", subok: bool = False) -> Tensor:
     """
     if not (order is None or (isinstance(order, str) and order.upper() in _ORDERS)):
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    if isinstance(order, str) and order.upper() == "C":
+        return call("kiln.Contiguous", as_tensor(a), order="C")
     return call("Identity", as_tensor(a))
 
 

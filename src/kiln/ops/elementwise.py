@@ -725,7 +725,8 @@ def variadic(
     def run(*arrays: np.ndarray) -> np.ndarray:
         result = functools.reduce(kernel, arrays)
         shape = np.broadcast_shapes(*(a.shape for a in arrays))
-        result = np.broadcast_to(result, shape)
+        if result.shape != shape:  # (one input: a read-only view of it, copied by the caller)
+            result = np.broadcast_to(result, shape)
         return finish(result, len(arrays)) if finish is not None else result
 
     def make() -> list[Sample]:
@@ -769,11 +770,13 @@ unary(
 )
 
 
-def _contiguous(x: np.ndarray, *, batch_axes: int = 1) -> np.ndarray:
+def _contiguous(x: np.ndarray, *, batch_axes: int = 1, order: str = "strides") -> np.ndarray:
     """``x`` laid out one batch element (an index into its first ``batch_axes`` axes) after
     another, each contiguous with its axes in the order of ``x``'s strides (largest first;
     ties keep their order): ``x`` itself when it already is, else a copy seen through a
-    transpose back."""
+    transpose back. ``order="C"``: a new C-ordered copy, always (``ndarray.copy()``)."""
+    if order == "C":
+        return np.array(x, order="C", copy=True)
     lead = min(batch_axes, x.ndim)
     if x.ndim - lead <= 0:
         return x
@@ -783,6 +786,11 @@ def _contiguous(x: np.ndarray, *, batch_axes: int = 1) -> np.ndarray:
     if moved.flags.c_contiguous:
         return x
     return np.ascontiguousarray(moved).transpose(np.argsort(order))
+
+
+def _check_order(attrs: Mapping[str, Any]) -> None:
+    if attrs["order"] not in ("strides", "C"):
+        raise OpArgumentError(f"Contiguous: order must be 'strides' or 'C', got {attrs['order']!r}")
 
 
 def _identity_expand(
@@ -801,12 +809,19 @@ unary(
     "a fresh contiguous array laid out as its inputs were. With ``batch_axes=0`` the whole "
     "array is one element: dense, with positive strides, which NumPy's SIMD loops take (the "
     "vectorizer puts one before a batched operator that rounds otherwise on strided "
-    "operands: kiln.ops.layout). ONNX form: Identity.",
+    "operands: kiln.ops.layout). With ``order='C'``: a new C-ordered copy whatever the "
+    "input's layout, as ``ndarray.copy()`` makes (a later sum of a transpose's copy adds in "
+    "C order, not in the transpose's). ONNX form: Identity.",
     _contiguous,
     ALL,
-    attrs={"batch_axes": Attr("int", 1)},
+    attrs={
+        "batch_axes": Attr("int", 1),
+        "order": Attr("str", "strides", "'strides' (the input's axis order) or 'C'"),
+    },
+    check=_check_order,
     io_names=("input", "output"),
     sample_dtypes=(dtypes.float32, dtypes.int64, dtypes.bool_),
+    sample_attrs=({}, {"order": "C"}),
     reference=lambda x, **attrs: x.copy(),
     bit_exact=True,
     domain="kiln",
