@@ -23,22 +23,10 @@ from kiln.capture.replay import Capture
 from kiln.errors import CaptureWarning
 from kiln.optim import DefaultsOptions
 
+from .counting import Counted
+
 BACKGROUND = DefaultsOptions(background_nodes=0)
 RNG = np.random.default_rng(13)
-
-
-class Counted:
-    """A target that counts its Python calls."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.calls = 0
-        self.__name__ = fn.__name__
-        self.__wrapped__ = fn
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
 
 
 def chain(x):

@@ -22,20 +22,7 @@ from kiln.ir.graph import ModelGraph
 from kiln.optim import Transform
 
 from ..numerics import assert_close
-
-
-class Counted:
-    """A target that counts its Python calls."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.calls = 0
-        self.__name__ = fn.__name__
-        self.__wrapped__ = fn
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
+from .counting import Counted
 
 
 def square_twice(b):
