@@ -627,3 +627,21 @@ def test_rows_read_in_order_along_a_dynamic_axis_stay_a_view():
         np.testing.assert_array_equal(f(a), l1_between_rows_of_a_swap(a), strict=True)
     graph = f.take_graph()
     assert "Gather" not in ops(graph), ops(graph)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "folds"),
+    [(np.int8, True), (np.uint8, True), (np.float16, True), (np.int16, False), (np.uint16, False)],
+)
+def test_an_extremum_chain_folds_only_into_a_reduction_that_takes_its_dtype(dtype, folds):
+    def fn(x):
+        best = x[0]
+        for i in range(1, x.shape[0]):
+            best = np.maximum(best, x[i])
+        return best
+
+    x = (RNG.standard_normal((12, 4)) * 50).astype(dtype)
+    g = optimized(fn, x)  # ReduceMax takes no 16-bit integers: those chains stay as recorded
+    assert ("ReduceMax" in ops(g)) is folds, ops(g)
+    other = (RNG.standard_normal((12, 4)) * 50).astype(dtype)
+    np.testing.assert_array_equal(run(g, other)[0], fn(other), strict=True)

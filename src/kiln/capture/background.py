@@ -51,11 +51,6 @@ class PendingCapture:
             self._work = None  # type: ignore[assignment]  # free what the work held
             self._done.set()
 
-    @property
-    def done(self) -> bool:
-        """Whether the finished capture is ready (:meth:`result` returns at once)."""
-        return self._done.is_set()
-
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the work is done, at most ``timeout`` seconds (None: as long as it
         takes); whether it is done."""

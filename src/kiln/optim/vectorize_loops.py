@@ -37,6 +37,7 @@ from ..ir.rewrite import topological_order
 from ..ir.rewrite import uses as count_uses
 from ..ops.batching import batching_rule
 from ..ops.layout import layout_sensitive
+from ..ops.reduce import ACCUMULATE_DTYPES, ORDERED_DTYPES
 from ..ops.registry import ELEMENTWISE, NEW_ARRAY, PURE, REDUCTION, get_op
 from .pattern import prune
 from .transform import DefaultsOptions, transform
@@ -484,8 +485,9 @@ def _chains(matcher: _Matcher, parts: Sequence[Value], taken: set[int]) -> list[
 # Dtypes whose running sum NumPy computes exactly as the loop's additions (np.cumsum adds in
 # sequence, in the dtype; float16 and bfloat16 sums would be computed wider and round once).
 _CUMULATIVE_DTYPES = frozenset((dtypes.float32, dtypes.float64, *dtypes.INT_DTYPES))
-_WIDE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64)
-_ORDERED = (*_WIDE, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
+# The dtypes each reduction takes (its record's), less those NumPy would combine wider.
+_NARROW_FLOATS = frozenset((dtypes.float16, dtypes.bfloat16))
+_SUMS = ACCUMULATE_DTYPES - _NARROW_FLOATS
 
 
 class _Fold(NamedTuple):
@@ -499,10 +501,10 @@ class _Fold(NamedTuple):
 # The accumulations a chain of ``op`` nodes folds into (``total += f(i)``, ``best =
 # np.maximum(best, f(i))``, ``ok &= f(i)``). Products of float16 would be computed wider.
 _FOLDS = {
-    "Add": _Fold("ReduceSum", frozenset(_WIDE)),
-    "Mul": _Fold("ReduceProd", frozenset(_WIDE)),
-    "Max": _Fold("ReduceMax", frozenset(_ORDERED)),
-    "Min": _Fold("ReduceMin", frozenset(_ORDERED)),
+    "Add": _Fold("ReduceSum", _SUMS),
+    "Mul": _Fold("ReduceProd", _SUMS),
+    "Max": _Fold("ReduceMax", ORDERED_DTYPES),
+    "Min": _Fold("ReduceMin", ORDERED_DTYPES),
     "And": _Fold("ReduceMin", frozenset((dtypes.bool_,))),
     "Or": _Fold("ReduceMax", frozenset((dtypes.bool_,))),
 }
