@@ -413,3 +413,34 @@ def test_new_arrays_are_laid_out_as_numpys_so_sums_add_alike(name):
             got, want = f(a), fn(before.copy())
             np.testing.assert_array_equal(got, want, strict=True)
             np.testing.assert_array_equal(a, before)  # the caller's array untouched
+
+
+STRIDED_SUMS = {
+    # NumPy's reduction buffers a strided operand in chunks of 8,192 elements, so a big strided
+    # view sums otherwise than its dense copy: a no-op that makes a new array must stay a copy.
+    "same-dtype astype of a strided view": lambda a: a[::2, ::2].astype(np.float32).sum(),
+    "times one": lambda a: (a[::2, ::2] * 1).sum(),
+    "over one": lambda a: (a.T[::2] / 1).sum(),
+    "double negation": lambda a: (-(-a[:, ::2])).sum(),
+}
+
+
+@pytest.mark.parametrize("name", list(STRIDED_SUMS))
+def test_no_op_copies_of_big_strided_views_sum_as_numpys(name):
+    fn = STRIDED_SUMS[name]
+    rng = np.random.default_rng(5)
+    f = kiln.compile(fn)
+    for _ in range(6):
+        a = rng.standard_normal((300, 300)).astype(np.float32)
+        np.testing.assert_array_equal(f(a), fn(a), strict=True)
+
+
+def test_a_strided_view_passed_in_sums_as_numpys_after_a_no_op_cast():
+    def fn(x):
+        return x.astype(np.float32).sum()
+
+    rng = np.random.default_rng(6)
+    f = kiln.compile(fn)
+    for _ in range(6):
+        v = rng.standard_normal((400, 400)).astype(np.float32)[::2, ::2]
+        np.testing.assert_array_equal(f(v), fn(v), strict=True)

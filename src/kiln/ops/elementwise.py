@@ -777,6 +777,8 @@ def _contiguous(x: np.ndarray, *, batch_axes: int = 1, order: str = "strides") -
     transpose back. ``order="C"``: a new C-ordered copy, always (``ndarray.copy()``)."""
     if order == "C":
         return np.array(x, order="C", copy=True)
+    if x.flags.c_contiguous:  # (its axes are in the order of its strides: the common case)
+        return x
     lead = min(batch_axes, x.ndim)
     if x.ndim - lead <= 0:
         return x

@@ -186,12 +186,14 @@ class Match:
         nodes: dict[str, Node],
         interior: tuple[Node, ...],
         constants: Mapping[int, np.ndarray],
+        producers: Mapping[int, Node] | None = None,
     ) -> None:
         self.root = root
         self.values = values
         self.nodes = nodes
         self.interior = interior
         self._constants = constants
+        self._producers = producers or {}
 
     def __getitem__(self, name: str) -> Value:
         return self.values[name]
@@ -211,6 +213,11 @@ class Match:
     def data(self, name: str) -> np.ndarray | None:
         """The contents of the value captured as ``name`` if it is a constant, else None."""
         return self._constants.get(id(self.values[name]))
+
+    def producer(self, name: str) -> Node | None:
+        """The node that makes the value captured as ``name`` (None: a graph input or a
+        constant)."""
+        return self._producers.get(id(self.values[name]))
 
     def scalar(self, name: str) -> float | None:
         """The single value of the constant captured as ``name`` (None: not a one-element
@@ -283,7 +290,7 @@ class _Matcher:
             yield from self._flat_matches(pattern, root)
             return
         for values, nodes, interior in self._value(pattern, root.outputs[0], {}, {}, ()):
-            yield Match(root, values, nodes, interior, self.constants)
+            yield Match(root, values, nodes, interior, self.constants, self.producers)
 
     def _producer(self, pattern: Pattern, value: Value) -> Node | None:
         """The node making ``value`` when its operator and attributes are ``pattern``'s."""
@@ -327,7 +334,7 @@ class _Matcher:
                 if pattern.name is not None:
                     nodes[pattern.name] = node
                     values[pattern.name] = value
-                yield Match(root, values, nodes, (node,), self.constants)
+                yield Match(root, values, nodes, (node,), self.constants, self.producers)
 
     def may_match(self, pattern: Pattern, value: Value | None, depth: int) -> bool:
         """A quick necessary condition for :meth:`matches`: the operators (and constants) of

@@ -26,10 +26,10 @@ import numpy as np
 
 from .. import dtypes
 from ..dtypes import dtype_from_onnx_code
-from ..ir.graph import ModelGraph
+from ..ir.graph import ModelGraph, Value
 from ..ops.folding import fold
 from ..ops.registry import get_op
-from .pattern import Builder, Match, Replacement, Rule, const, keep, op, rewrite_with_rules, var
+from .pattern import Builder, Match, Replacement, Rule, const, op, rewrite_with_rules, var
 from .transform import DefaultsOptions, transform
 
 __all__ = ["simplify_algebra", "SIMPLIFY_RULES", "exact_cast"]
@@ -79,9 +79,38 @@ def _signed_zero(negative: bool):  # type: ignore[no-untyped-def]
             zero = m.data("zero")
             if zero is None or not bool(np.all(np.signbit(zero) == negative)):
                 return None
-        return x
+        return _new_array(m, b)
 
     return build
+
+
+# Operators whose NumPy plan may hand back their input itself, whatever its layout.
+_PASS_THROUGH = frozenset({"Identity", "Cast"})
+
+
+def _new_array(m: Match, b: Builder, name: str = "x") -> Value:
+    """The value captured as ``name`` in place of a removed operator whose NumPy result is a
+    new array of the same values (``x * 1``, ``x.astype(x.dtype)``, a copy): NumPy lays that
+    array out densely, in the order of the input's strides, and a later float sum adds in
+    memory order (a strided view of more than 8,192 elements sums otherwise than its dense
+    copy: NumPy's reduction buffers strided operands in chunks). So when the value may be a
+    strided view at run time (a graph input, a view operator's result), a float or complex
+    value is read through ``kiln.Contiguous(batch_axes=0)``: the value itself when already
+    dense, else that copy."""
+    x = m[name]
+    if not (dtypes.is_floating(x.dtype) or dtypes.is_complex(x.dtype)):
+        return x  # integers and booleans: exact in any layout
+    if m.data(name) is not None:
+        return x  # a constant: dense
+    node = m.producer(name)
+    if node is not None and not node.opdef.is_view and node.op not in _PASS_THROUGH:
+        return x  # a new array
+    return b.op("kiln.Contiguous", x, batch_axes=0)
+
+
+def _keep_new(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
+    """``keep("x")`` for an operator whose NumPy result is a new array (see _new_array)."""
+    return _new_array(m, b)
 
 
 def _integer_power_is_exact(m: Match) -> bool:
@@ -100,7 +129,7 @@ def _sqrt(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
 def _noop_cast(m: Match, b: Builder, options: DefaultsOptions) -> Replacement:
     if dtype_from_onnx_code(m.attrs("cast")["to"]) != m["x"].dtype:
         return None
-    return m["x"]
+    return _new_array(m, b)
 
 
 # Significand bits (with the implicit one) of each float dtype: integers up to 2**bits are exact.
@@ -232,18 +261,18 @@ def _fold_constants_of(kind: str):  # type: ignore[no-untyped-def]
 # -- the rules ----------------------------------------------------------------------------
 
 SIMPLIFY_RULES: list[Rule] = [
-    Rule(op("Mul", X, const(1)), keep("x"), "mul-one"),  # x * 1 -> x, 1 * x -> x
+    Rule(op("Mul", X, const(1)), _keep_new, "mul-one"),  # x * 1 -> x, 1 * x -> x
     # x + (-0.0) -> x, (-0.0) + x -> x; x + 0 -> x for integers  [+0.0: relaxed]
     Rule(op("Add", X, const(0, "zero")), _signed_zero(negative=True), "add-zero"),
     # x - 0.0 -> x; x - 0 -> x for integers  [-0.0: relaxed]
     Rule(op("Sub", X, const(0, "zero")), _signed_zero(negative=False), "sub-zero"),
-    Rule(op("Div", X, const(1)), keep("x"), "div-one"),  # x / 1 -> x
-    Rule(op("Pow", X, const(1)), keep("x"), "pow-one"),  # x ** 1 -> x
+    Rule(op("Div", X, const(1)), _keep_new, "div-one"),  # x / 1 -> x
+    Rule(op("Pow", X, const(1)), _keep_new, "pow-one"),  # x ** 1 -> x
     Rule(op("Pow", X, const(2, "p")), _square, "pow-two"),  # x ** 2 -> x * x
     Rule(op("Pow", X, const(3, "p")), _cube, "pow-three"),  # x ** 3 -> (x * x) * x  [ints]
     Rule(op("Pow", X, const(0.5)), _sqrt, "pow-half"),  # x ** 0.5 -> sqrt(x)  [relaxed]
-    Rule(op("Neg", op("Neg", X)), keep("x"), "neg-neg"),  # -(-x) -> x
-    Rule(op("Identity", X), keep("x"), "identity"),  # identity(x) -> x
+    Rule(op("Neg", op("Neg", X)), _keep_new, "neg-neg"),  # -(-x) -> x
+    Rule(op("Identity", X), _keep_new, "identity"),  # identity(x) -> x
     Rule(op("Cast", X, name="cast"), _noop_cast, "cast-same"),  # cast(x: T, to=T) -> x
     # cast(cast(x, T1), T2) -> cast(x, T2) when T1 holds every value of x exactly
     Rule(op("Cast", op("Cast", X, name="inner"), name="outer"), _cast_of_cast, "cast-cast"),
