@@ -154,7 +154,7 @@ _NO_UNDERFLOW = frozenset(
         *("Abs", "Neg", "Sign", "Floor", "Ceil", "Round", "Sqrt", "Relu", "Max", "Min"),
         *("Clip", "Where", "Identity", "Constant", "ConstantOfShape", "Trilu", "Hardmax"),
         *("ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "TopK"),
-        *("ScatterND", "ScatterElements", "kiln.SliceUpdate"),
+        *("ScatterND", "ScatterElements", "kiln.SliceUpdate", "kiln.Contiguous"),
     }
 )
 
