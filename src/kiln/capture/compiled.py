@@ -848,7 +848,10 @@ def compile(  # noqa: A001 - the public name, as torch.compile
         graph_name: The graphs' name (default: the target's ``__name__``).
         defaults: The optimizer's :class:`~kiln.optim.DefaultsOptions` for each capture,
             including ``max_nodes``, the node budget past which a call is not captured (its
-            structure serves eagerly, with one ``CaptureWarning``).
+            structure serves eagerly, with one ``CaptureWarning``), and ``background_nodes``,
+            the trace size from which the graph is optimized and planned in a background
+            thread (the first call returns once the function ran; the next call that needs
+            the graph waits for it).
 
     Example:
         >>> import kiln, numpy as np
