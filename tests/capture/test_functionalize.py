@@ -1413,3 +1413,30 @@ def test_literal_row_writes_are_cast_as_numpy_casts_them(dtype, literal):
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got, want)
             assert np.array_equal(np.signbit(got.real), np.signbit(want.real))
+
+
+def _box_writes(x):
+    d = np.zeros((4, 5), x.dtype)
+    d[1, 2] = 7
+    d[-1] = x[0]
+    d[0, ::2] = 3
+    d[1:3, -2] = x[1, :2]
+    e = np.ones_like(x)  # known contents: a write's result must not claim them
+    e[0, 0] = 5
+    return d, e
+
+
+def test_box_writes_record_the_types_slice_update_infers():
+    # The tracer records a write into a box of static bounds without running infer
+    # (Tracer.box_write): each node's type must be exactly what infer gives.
+    x = np.arange(10, dtype=np.int64).reshape(2, 5)
+    g = kiln.trace(_box_writes, x).graph
+    writes = [n for n in g.nodes if n.op == "kiln.SliceUpdate"]
+    assert len(writes) == 5
+    for node in writes:
+        types = [None if v is None else v.type for v in node.inputs]
+        assert node.outputs[0].type == node.opdef.infer(types, node.opdef.bind_attrs(node.attrs))[0]
+    f = kiln.compile(_box_writes)
+    for _ in range(3):
+        for got, want in zip(f(x), _box_writes(x)):
+            np.testing.assert_array_equal(got, want, strict=True)

@@ -87,6 +87,9 @@ class _CaptureTracer(Tracer):
         self.eager = False  # over the node budget: nothing more is recorded
         self.wrote_eagerly = False  # a write after that (it may reach an input's array)
 
+    def over_budget(self) -> bool:
+        return self.eager or self.builder.node_count >= self.max_nodes
+
     def apply(
         self, op: OpDef, inputs: Sequence[Tensor | None], attrs: dict[str, Any]
     ) -> tuple[Tensor, ...]:

@@ -33,7 +33,7 @@ from ..ir.builder import GraphBuilder, infer_key
 from ..ir.graph import ModelGraph, NameScope, Node, Value
 from ..ir.rewrite import can_raise
 from ..ops.dispatch import as_outputs, eager_kernel, handler_scope, run_kernel, run_quiet
-from ..ops.registry import ELEMENTWISE, PURE, OpDef, TensorType
+from ..ops.registry import ELEMENTWISE, PURE, OpDef, TensorType, get_op
 from ..source import user_source
 from ..spec import TensorSpec, check_dynamic_axes_refer
 from ..symbolic import Dim, ShapeGuard, SymDim, evaluate, format_shape, guard_scope, symbol
@@ -528,6 +528,31 @@ class Tracer:
         if op.is_view and inputs and inputs[0] is not None:
             self._keep_view(tensors[0])
         return tuple(tensors)
+
+    def box_write(self, root: Tensor, updates: Tensor, box: Sequence[Tensor]) -> Tensor | None:
+        """``SliceUpdate(root, updates, *box)`` for a box of static bounds that
+        :func:`kiln.capture.views._root_box` found in range in a root of static shape, with
+        ``updates`` of the box's shape and the root's dtype: the node is added with the root's
+        dtype and shape as its output type (what ``infer`` gives such a box), without ``infer`` or a
+        kernel (NumPy's write already put the new contents in the root's array), so an
+        unrolled ``D[i, j] = v`` skips the general path's work for each new box. None when
+        the general path must record it (an operator budget reached: :meth:`apply` decides)."""
+        if self.over_budget():
+            return None
+        self._applied += 1
+        if not self._applied & _REFREEZE_MASK:
+            refreeze()
+        inputs = (self.value_of(root), self.value_of(updates), *map(self.value_of, box))
+        data = inputs[0].type
+        out_type = TensorType(data.dtype, data.shape)  # (not the root's contents, if known)
+        op = get_op("kiln.SliceUpdate")
+        (out,) = self.builder.add_typed(op, inputs, {}, (out_type,), user_source())
+        return Tensor._abstract(out.type, TraceRef(self, out), None)
+
+    def over_budget(self) -> bool:
+        """Whether the next operator should go through :meth:`apply` to meet a node budget
+        (none here; a compiled function's capture has one)."""
+        return False
 
     def _remember(
         self,

@@ -152,7 +152,7 @@ def written(t: Tensor, index: Any, value: Tensor, reduction: str = "none") -> Te
         direct = _root_box(t, index)
         if direct is not None:
             extras, shape, box_shape = direct
-            return _slice_update(t, value, extras, shape, box_shape)
+            return _slice_update(t, value, extras, shape, box_shape, checked=True)
     if index is not None and _takes_all(index, t.ndim):
         index = None  # t[:] = v, t[...] = v: a write of all of t (also for dynamic sizes)
     rows = _index_rows(t, view, index)
@@ -386,9 +386,11 @@ def _slice_update(
     extras: tuple[Tensor | None, ...],
     shape: tuple[int, ...],
     box_shape: tuple[int, ...],
+    checked: bool = False,
 ) -> Tensor:
     """``SliceUpdate`` of ``root`` at the box of the ``Slice`` inputs ``extras`` (of
-    ``box_shape``) with ``value`` broadcast to the written ``shape``."""
+    ``box_shape``) with ``value`` broadcast to the written ``shape``. ``checked``: the box is
+    :func:`_root_box`'s (static, in range), which the tracer records without inferring it."""
     updates = value
     data = value._data
     if value._trace is None and data is not None and data.size <= _LITERAL_SIZE:
@@ -406,6 +408,11 @@ def _slice_update(
     # contents into the root's array, which the root keeps, and the kernel's copy of the
     # whole root at every write made a loop filling an array row by row quadratic.
     handler = current_handler()
+    if checked and updates.dtype == root.dtype and tuple(updates.shape) == box_shape:
+        box_write = getattr(handler, "box_write", None)
+        written = None if box_write is None else box_write(root, updates, extras)
+        if written is not None:
+            return written
     compute = getattr(handler, "compute", False)
     if compute:
         handler.compute = False  # type: ignore[union-attr]
