@@ -547,7 +547,11 @@ def _running_sum(
 ) -> Value:
     """``first, first + t1, first + t1 + t2, ...`` (iterations first), summed in the loop's
     order by one ``CumSum``."""
-    stacked = _stacked(matcher, builder, first, terms)
+    return _cumsum(builder, _stacked(matcher, builder, first, terms))
+
+
+def _cumsum(builder: GraphBuilder, stacked: Value) -> Value:
+    """The running sums of ``stacked``'s rows, in order (``np.cumsum`` adds in sequence)."""
     axis = builder.add_constant(np.asarray(0, np.int64), hint="axis")
     return builder.add("CumSum", [stacked, axis])[0]
 
@@ -659,9 +663,8 @@ def _accumulate(
     """The nodes computing the chain's last sum over its terms stacked, in the loop's order
     (so exactly): one reduction (``ReduceSum``, ``ReduceProd``, ``ReduceMax``, ...) over the
     rows where NumPy combines them one by one (:func:`_in_order`), else, for a sum, a
-    ``CumSum`` and its last row; or None. Either input of the
-    first ``Add`` may be the accumulator it starts from (``0 + f(0)``, or ``f(0) + f(1)``
-    once ``0 +`` folded)."""
+    ``CumSum`` and its last row; or None. Either input of the first node may be the
+    accumulator it starts from (``0 + f(0)``, or ``f(0) + f(1)`` once ``0 +`` folded)."""
     for base in chain[0].inputs:
         built = _accumulate_from(matcher, chain, base, scope) if base is not None else None
         if built is not None:
@@ -703,8 +706,7 @@ def _accumulate_from(
     elif chain[-1].op != "Add":
         return None  # (no cumulative product, maximum, ...: the chain stays as recorded)
     else:  # the running sums in order, then the last
-        axis = builder.add_constant(np.asarray(0, np.int64), hint="axis")
-        (sums,) = builder.add("CumSum", [stacked, axis])
+        sums = _cumsum(builder, stacked)
         last = builder.add_constant(np.asarray(-1, np.int64), hint="last")
         builder.add("Gather", [sums, last], {"axis": 0}, outputs=[out])
     return list(builder.nodes), list(builder.constants)
